@@ -1,0 +1,61 @@
+"""What the later stages produce: rendered source, then a compiled binary with its resource report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ir import KernelPlan
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """CUDA C++ rendered from a KernelPlan (stage 3)."""
+
+    plan: KernelPlan
+    code: str
+    #: extern "C" entry points, in launch order.
+    entry_names: tuple[str, ...]
+    #: sha256 (16 hex) of the plan's spec, stamped in the source header.
+    spec_hash: str
+
+    @property
+    def filename(self) -> str:
+        return f"{self.plan.kernel_name}.cu"
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """One entry point's resource use, from ptxas's -v report."""
+
+    name: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    smem_bytes: int
+    stack_bytes: int = 0
+
+    def as_manifest(self) -> dict[str, object]:
+        return {"name": self.name, "registers": self.registers, "spill_stores": self.spill_stores,
+                "spill_loads": self.spill_loads, "smem_bytes": self.smem_bytes, "stack_bytes": self.stack_bytes}
+
+
+@dataclass(frozen=True)
+class Cubin:
+    """NVRTC output for one KernelSource (stage 4)."""
+
+    source: KernelSource
+    data: bytes
+    target: str
+    nvrtc_version: str
+    options: tuple[str, ...]
+    resources: tuple[KernelResources, ...]
+    log: str = ""
+    cache_key: str = ""
+    from_cache: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def resource(self, name: str) -> KernelResources:
+        for r in self.resources:
+            if r.name == name:
+                return r
+        raise KeyError(name)

@@ -1,0 +1,30 @@
+"""Every environment variable attngen reads, in one place.
+
+ATTNGEN_CACHE_DIR   where compiled kernels are cached (default: $XDG_CACHE_HOME/attngen or ~/.cache/attngen)
+ATTNGEN_DEBUG_KEEP  "1" keeps every rendered source beside its cubin, also on success
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Variables whose value changes what a build produces; they enter the cache key.
+KEY_VARIABLES: tuple[str, ...] = ()
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("ATTNGEN_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "attngen"
+
+
+def keep_sources() -> bool:
+    return os.environ.get("ATTNGEN_DEBUG_KEEP", "") == "1"
+
+
+def key_environment() -> dict[str, str]:
+    """The environment that changes build output (part of every cache key)."""
+    return {name: os.environ.get(name, "") for name in KEY_VARIABLES}

@@ -1,0 +1,119 @@
+"""The IR between planner and renderer: a KernelPlan says everything the template needs."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from .spec import Arch, AttentionSpec, PipelineKind
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Tiling(_Frozen):
+    """One point of the search space."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    #: 16-row MMA tiles each warp owns (block_m = 16 * warp_m_tiles * num_warps).
+    warp_m_tiles: int
+    stages: int
+    #: Q fragments held in registers across the KV loop (else re-read from shared memory).
+    q_in_regs: bool
+
+
+class CostEstimate(_Frozen):
+    """The explicit cost model's numbers for one tiling at the reference workload."""
+
+    ref_seqlen: int
+    hbm_bytes: int
+    smem_read_bytes: int
+    flops: int
+    blocks_per_sm: int
+    warps_per_sm: int
+    tile_efficiency: float
+    t_hbm_us: float
+    t_mma_us: float
+    t_smem_us: float
+    latency_hiding: float
+    predicted_us: float
+
+
+class Candidate(_Frozen):
+    tiling: Tiling
+    smem_bytes: int
+    regs_estimate: int
+    fits: bool
+    reason: str
+    cost: CostEstimate | None = None
+
+
+class SmemLayout(_Frozen):
+    """Byte offsets into the block's dynamic shared memory."""
+
+    q_offset: int
+    q_bytes: int
+    kv_offset: int
+    k_tile_bytes: int
+    v_tile_bytes: int
+    stage_bytes: int
+    total_bytes: int
+    #: 16-byte chunks per swizzle atom row: 8 (128-byte rows) or 4 (64-byte rows, head_dim % 64 != 0).
+    swizzle_chunks: int
+
+
+class KernelPlan(_Frozen):
+    spec: AttentionSpec
+    arch: Arch
+    pipeline: PipelineKind
+    kernel_name: str
+    tiling: Tiling
+    threads: int
+    smem_bytes: int
+    smem: SmemLayout
+    regs_estimate: int
+    #: __launch_bounds__ min blocks per SM: sets ptxas's register cap.
+    min_blocks_per_sm: int
+    cost: CostEstimate
+    reason: str
+    candidates: tuple[Candidate, ...]
+
+    # Flat views the CLI and manifests promise.
+    @property
+    def block_m(self) -> int:
+        return self.tiling.block_m
+
+    @property
+    def block_n(self) -> int:
+        return self.tiling.block_n
+
+    @property
+    def num_warps(self) -> int:
+        return self.tiling.num_warps
+
+    @property
+    def stages(self) -> int:
+        return self.tiling.stages
+
+    def summary(self) -> dict[str, object]:
+        """The plan as `explain --json` and manifest.json give it."""
+        return {
+            "kernel_name": self.kernel_name,
+            "arch": self.arch.value,
+            "pipeline": self.pipeline.value,
+            "block_m": self.block_m,
+            "block_n": self.block_n,
+            "num_warps": self.num_warps,
+            "warp_m_tiles": self.tiling.warp_m_tiles,
+            "stages": self.stages,
+            "q_in_regs": self.tiling.q_in_regs,
+            "threads": self.threads,
+            "smem_bytes": self.smem_bytes,
+            "regs_estimate": self.regs_estimate,
+            "min_blocks_per_sm": self.min_blocks_per_sm,
+            "smem_layout": self.smem.model_dump(),
+            "cost": self.cost.model_dump(),
+            "reason": self.reason,
+        }

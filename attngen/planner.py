@@ -1,0 +1,200 @@
+"""Lower an AttentionSpec to a KernelPlan for one arch.
+
+The budget arithmetic lives here and nowhere else: `smem_layout` (bytes), `register_estimate`
+(registers per thread) and `estimate_cost` (the cost model). Every candidate tiling is evaluated;
+rejected ones keep the arithmetic that rejected them, and the choice names its reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .archs import ArchInfo, arch_info
+from .errors import PlanError
+from .ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling
+from .spec import Arch, AttentionSpec, MaskKind, PipelineKind
+
+#: Search space of the multistage (mma.sync + cp.async) forward kernel.
+WARPS = (4, 8)
+WARP_M_TILES = (1, 2)
+BLOCK_NS = (32, 64, 128)
+AUTO_STAGES = (2, 3)
+#: block_m above 128 leaves too few query blocks to fill the GPU at 2k tokens.
+MAX_BLOCK_M = 128
+#: Registers the kernel needs beside its tiles: pointers, loop indices, swizzled addresses,
+#: softmax statistics, B fragments in flight (measured ~40-56 with -Xptxas=-v).
+REG_OVERHEAD = 48
+#: The workload the cost model ranks candidates on (FlashAttention-3 paper settings, mid-size).
+REF_SEQLEN = 4096
+REF_HIDDEN = 2048
+#: Resident warps per SM below which the cost model charges for exposed latency.
+WARPS_TO_HIDE_LATENCY = 8
+#: Fixed cost of one KV-block iteration (cp.async wait, barrier, loop and softmax bookkeeping),
+#: in clocks; another resident block overlaps it.
+ITER_OVERHEAD_CLK = 256
+#: exp2 throughput of the special-function units: 16 per clock per SM on sm80 and later.
+MUFU_PER_CLK = 16
+
+
+def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
+    """Shared memory of one block: a resident Q tile, then `stages` K/V tile pairs."""
+    elem = spec.dtype.itemsize
+    q_bytes = tiling.block_m * spec.head_dim * elem
+    k_bytes = tiling.block_n * spec.head_dim * elem
+    v_bytes = k_bytes
+    stage = k_bytes + v_bytes
+    total = q_bytes + tiling.stages * stage
+    return SmemLayout(q_offset=0, q_bytes=q_bytes, kv_offset=q_bytes, k_tile_bytes=k_bytes,
+                      v_tile_bytes=v_bytes, stage_bytes=stage, total_bytes=total,
+                      swizzle_chunks=8 if spec.head_dim % 64 == 0 else 4)
+
+
+def register_estimate(spec: AttentionSpec, tiling: Tiling) -> int:
+    """fp32 registers per thread: O accumulators, S scores, optional Q fragments, overhead."""
+    rows = tiling.warp_m_tiles  # 16-row tiles; each thread holds 2 rows of each
+    o_acc = rows * spec.head_dim // 2        # (16 x d) fp32 per tile / 32 lanes
+    s_acc = rows * tiling.block_n // 2       # (16 x block_n) fp32 per tile / 32 lanes
+    q_frag = rows * spec.head_dim // 4 if tiling.q_in_regs else 0  # packed 2 x 16-bit per register
+    return o_acc + s_acc + q_frag + REG_OVERHEAD
+
+
+def _blocks_per_sm(info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> int:
+    threads = tiling.num_warps * 32
+    by_smem = info.smem_per_sm // (smem + info.smem_reserved_per_block)
+    by_regs = info.regs_per_sm // (max(regs, 32) * threads)
+    by_threads = info.max_threads_per_sm // threads
+    return max(0, min(by_smem, by_regs, by_threads))
+
+
+def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> CostEstimate:
+    """Predicted time of one forward pass at the reference workload (batch x heads fill hidden 2048)."""
+    n, d, elem = REF_SEQLEN, spec.head_dim, spec.dtype.itemsize
+    heads = REF_HIDDEN // d
+    causal = 0.5 if spec.mask is MaskKind.causal else 1.0
+    m_blocks = -(-n // tiling.block_m)
+    # IO model: Q and O once, K and V once per query block (half of them under a causal mask).
+    hbm = heads * (2 * n * d * elem + causal * m_blocks * 2 * n * d * elem)
+    flops = heads * 4 * n * n * d * causal
+    # Each warp reads the whole K and V tile per KV block (and Q when it is not in registers).
+    kv_blocks = m_blocks * -(-n // tiling.block_n) * causal
+    per_block = tiling.num_warps * 2 * tiling.block_n * d * elem
+    if not tiling.q_in_regs:
+        per_block += tiling.block_m * d * elem
+    smem_read = heads * kv_blocks * per_block
+    blocks = _blocks_per_sm(info, tiling, smem, regs)
+    warps = blocks * tiling.num_warps
+    hiding = min(1.0, warps / WARPS_TO_HIDE_LATENCY)
+    waves = -(-(m_blocks * heads) // max(1, blocks * info.num_sms_hint))
+    tile_eff = (m_blocks * heads) / (waves * max(1, blocks * info.num_sms_hint))
+    clk = info.clock_ghz * 1e3  # clocks per microsecond
+    t_hbm = hbm / (info.hbm_gbps * 1e3)
+    t_mma = flops / (info.mma_flops_per_clk * info.num_sms_hint * clk)
+    t_smem = smem_read / (info.smem_bytes_per_clk * info.num_sms_hint * clk)
+    t_exp = heads * n * n * causal / (MUFU_PER_CLK * info.num_sms_hint * clk)
+    iters_per_sm = kv_blocks * heads / info.num_sms_hint
+    t_iter = iters_per_sm * ITER_OVERHEAD_CLK / clk / max(1, blocks)
+    predicted = max(t_hbm, t_mma + t_exp + 0.5 * t_smem + t_iter) / (hiding * tile_eff)
+    return CostEstimate(ref_seqlen=n, hbm_bytes=int(hbm), smem_read_bytes=int(smem_read), flops=int(flops),
+                        blocks_per_sm=blocks, warps_per_sm=warps, tile_efficiency=round(tile_eff, 4),
+                        t_hbm_us=round(t_hbm, 2), t_mma_us=round(t_mma, 2), t_smem_us=round(t_smem, 2),
+                        latency_hiding=round(hiding, 3), predicted_us=round(predicted, 2))
+
+
+def enumerate_tilings(spec: AttentionSpec) -> list[Tiling]:
+    stages = (spec.pipeline.stages,) if spec.pipeline.stages else AUTO_STAGES
+    out = []
+    for warps, mt, bn, st, q_regs in itertools.product(WARPS, WARP_M_TILES, BLOCK_NS, stages, (True, False)):
+        bm = 16 * mt * warps
+        if bm > MAX_BLOCK_M:
+            continue
+        out.append(Tiling(block_m=bm, block_n=bn, num_warps=warps, warp_m_tiles=mt, stages=st, q_in_regs=q_regs))
+    return out
+
+
+def _override_mismatch(spec: AttentionSpec, tiling: Tiling) -> str | None:
+    tiles = spec.tiles
+    if tiles is None:
+        return None
+    for field in ("block_m", "block_n", "num_warps"):
+        want = getattr(tiles, field)
+        if want is not None and getattr(tiling, field) != want:
+            return f"tiles.{field} is {want}"
+    return None
+
+
+def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
+    layout = smem_layout(spec, tiling)
+    smem, regs = layout.total_bytes, register_estimate(spec, tiling)
+    dims = f"hd{spec.head_dim} {spec.dtype.value} block_m {tiling.block_m} block_n {tiling.block_n}"
+
+    def reject(reason: str) -> Candidate:
+        return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=False, reason=reason)
+
+    if smem > info.smem_per_block:
+        return reject(f"{dims}, {tiling.stages} stages needs {smem} B of shared memory "
+                      f"({layout.q_bytes} Q + {tiling.stages} x {layout.stage_bytes} K/V); "
+                      f"{info.arch.value} allows {info.smem_per_block} B per block")
+    if regs > info.max_regs_per_thread:
+        return reject(f"needs ~{regs} registers per thread (O {tiling.warp_m_tiles * spec.head_dim // 2}"
+                      f" + S {tiling.warp_m_tiles * tiling.block_n // 2} + overhead); at most "
+                      f"{info.max_regs_per_thread}: it would spill")
+    cost = estimate_cost(spec, info, tiling, smem, regs)
+    if cost.blocks_per_sm == 0:
+        return reject("no block of this size can be resident on one SM")
+    return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=True, reason="fits", cost=cost)
+
+
+def _rank_key(c: Candidate) -> tuple[float, int, int]:
+    assert c.cost is not None
+    # Lowest predicted time; ties go to fewer bytes of shared memory, then fewer registers.
+    return (c.cost.predicted_us, c.smem_bytes, c.regs_estimate)
+
+
+def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind) -> str:
+    mask = spec.mask.value
+    if spec.mask is MaskKind.sliding_window and spec.window is not None:
+        left, right = (("inf" if w < 0 else str(w)) for w in spec.window)
+        mask = f"window_{left}_{right}"
+    return f"attn_fwd_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
+
+
+def plan(spec: AttentionSpec, arch: Arch | str) -> KernelPlan:
+    """The KernelPlan of `spec` on `arch`; PlanError when no tiling fits the budget."""
+    arch = Arch(arch)
+    info = arch_info(arch)
+    pipeline = PipelineKind.multistage  # the only strategy so far; `auto` resolves to it everywhere
+    candidates = []
+    for tiling in enumerate_tilings(spec):
+        mismatch = _override_mismatch(spec, tiling)
+        cand = evaluate(spec, info, tiling)
+        if mismatch and cand.fits:
+            cand = cand.model_copy(update={"fits": False, "reason": f"excluded by the spec: {mismatch}"})
+        candidates.append(cand)
+    fitting = sorted((c for c in candidates if c.fits), key=_rank_key)
+    if not fitting:
+        raise PlanError(_no_fit_message(spec, arch, candidates))
+    best = fitting[0]
+    assert best.cost is not None
+    runner = f"; next best {fitting[1].cost.predicted_us} us" if len(fitting) > 1 and fitting[1].cost else ""
+    reason = (f"lowest predicted time {best.cost.predicted_us} us at seqlen {REF_SEQLEN} "
+              f"({best.cost.blocks_per_sm} blocks/SM, HBM {best.cost.t_hbm_us} us, "
+              f"MMA {best.cost.t_mma_us} us, smem {best.cost.t_smem_us} us){runner}")
+    t = best.tiling
+    min_blocks = max(1, min(best.cost.blocks_per_sm, info.regs_per_sm // (t.num_warps * 32 * 255) or 1))
+    return KernelPlan(spec=spec, arch=arch, pipeline=pipeline, kernel_name=kernel_name(spec, arch, pipeline),
+                      tiling=t, threads=t.num_warps * 32, smem_bytes=best.smem_bytes,
+                      smem=smem_layout(spec, t), regs_estimate=best.regs_estimate,
+                      min_blocks_per_sm=min_blocks, cost=best.cost, reason=reason,
+                      candidates=tuple(candidates))
+
+
+def _no_fit_message(spec: AttentionSpec, arch: Arch, candidates: list[Candidate]) -> str:
+    smallest = min(candidates, key=lambda c: c.smem_bytes)
+    lines = [f"no tiling of spec '{spec.name}' fits the {arch.value} budget "
+             f"({arch_info(arch).smem_per_block} B shared memory per block, 255 registers per thread)."]
+    lines += [f"  rejected: {c.reason}" for c in candidates[:6]]
+    if len(candidates) > 6:
+        lines.append(f"  ... and {len(candidates) - 6} more")
+    lines.append(f"smallest candidate needs {smallest.smem_bytes} B. Remedy: drop or relax the spec's "
+                 f"'tiles' overrides, use fewer pipeline stages, or target an arch with more shared memory.")
+    return "\n".join(lines)

@@ -1,0 +1,209 @@
+"""The attention spec: what a user asks for, validated by pydantic (frozen, unknown keys forbidden)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+HEAD_DIMS: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 224, 256)
+"""Head dims the kernel templates support: multiples of 32 (the swizzle atom) up to 256."""
+
+
+class DType(str, Enum):
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+    @property
+    def itemsize(self) -> int:
+        return 2
+
+
+class MaskKind(str, Enum):
+    none = "none"
+    causal = "causal"
+    sliding_window = "sliding_window"
+
+
+class Arch(str, Enum):
+    sm80 = "sm80"
+    sm86 = "sm86"
+    sm89 = "sm89"
+    sm90 = "sm90"
+    sm100 = "sm100"
+    sm120 = "sm120"
+
+    @property
+    def capability(self) -> tuple[int, int]:
+        digits = self.value[2:]
+        return int(digits[:-1]), int(digits[-1])
+
+    @classmethod
+    def from_capability(cls, major: int, minor: int) -> Arch:
+        name = f"sm{major}{minor}"
+        try:
+            return cls(name)
+        except ValueError:
+            allowed = ", ".join(a.value for a in cls)
+            raise ValueError(f"GPU compute capability {major}.{minor} ({name}) is not supported; "
+                             f"attngen targets {allowed}") from None
+
+
+class PipelineKind(str, Enum):
+    auto = "auto"
+    multistage = "multistage"
+
+
+#: Strategies later releases add; named here so a spec using one gets a clear refusal.
+FUTURE_PIPELINES: dict[str, str] = {
+    "warp_specialized": "the TMA + wgmma warp-specialized Hopper pipeline",
+    "pingpong": "the ping-pong Hopper pipeline",
+}
+
+MIN_STAGES, MAX_STAGES = 2, 5
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+
+class Pipeline(_Frozen):
+    """`auto`, `multistage`, or `{kind: multistage, stages: N}`."""
+
+    kind: PipelineKind = PipelineKind.auto
+    stages: StrictInt | None = Field(default=None, ge=MIN_STAGES, le=MAX_STAGES)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            data = {"kind": data}
+        if isinstance(data, dict):
+            kind = data.get("kind")
+            if isinstance(kind, str) and kind in FUTURE_PIPELINES:
+                raise ValueError(f"pipeline '{kind}' ({FUTURE_PIPELINES[kind]}) is not available yet; "
+                                 f"use 'auto' or 'multistage'")
+        return data
+
+    @model_validator(mode="after")
+    def _stages_only_for_multistage(self) -> Pipeline:
+        if self.stages is not None and self.kind is not PipelineKind.multistage:
+            raise ValueError("'stages' applies only to kind 'multistage'")
+        return self
+
+
+class Tiles(_Frozen):
+    """Optional tile overrides; the planner checks them against the arch's budget."""
+
+    block_m: StrictInt | None = Field(default=None, ge=16, le=256)
+    block_n: StrictInt | None = Field(default=None, ge=16, le=256)
+    num_warps: StrictInt | None = Field(default=None, ge=1, le=16)
+
+    @field_validator("block_m", "block_n")
+    @classmethod
+    def _multiple_of_16(cls, value: int | None) -> int | None:
+        if value is not None and value % 16:
+            raise ValueError(f"must be a multiple of 16, got {value}")
+        return value
+
+    @field_validator("num_warps")
+    @classmethod
+    def _power_of_two(cls, value: int | None) -> int | None:
+        if value is not None and value not in (1, 2, 4, 8, 16):
+            raise ValueError(f"must be one of 1, 2, 4, 8, 16, got {value}")
+        return value
+
+
+class AttentionSpec(_Frozen):
+    """A declarative attention kernel: the single input of the whole pipeline."""
+
+    name: str = Field(default="", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$|^$")
+    head_dim: StrictInt
+    dtype: DType
+    mask: MaskKind = MaskKind.none
+    window: tuple[StrictInt, StrictInt] | None = None
+    arch: tuple[Arch, ...] | None = None
+    pipeline: Pipeline = Pipeline()
+    tiles: Tiles | None = None
+
+    @field_validator("head_dim")
+    @classmethod
+    def _head_dim(cls, value: int) -> int:
+        if value not in HEAD_DIMS:
+            allowed = ", ".join(map(str, HEAD_DIMS))
+            raise ValueError(f"head_dim {value} is not supported; allowed: {allowed}")
+        return value
+
+    @field_validator("arch", mode="before")
+    @classmethod
+    def _arch_list(cls, value: Any) -> Any:
+        if isinstance(value, (str, Arch)):
+            return (value,)
+        if isinstance(value, list) and not value:
+            raise ValueError("an empty arch list targets nothing; name at least one arch or omit 'arch'")
+        return value
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is None:
+            return value
+        for side in value:
+            if side < -1:
+                raise ValueError(f"window sides must be >= 0, or -1 for unbounded; got {list(value)}")
+        if value == (-1, -1):
+            raise ValueError("window [-1, -1] masks nothing; use mask: none")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("name"):
+            data = dict(data)
+            data["name"] = _derived_name(data)
+        return data
+
+    @model_validator(mode="after")
+    def _window_matches_mask(self) -> AttentionSpec:
+        if self.mask is MaskKind.sliding_window and self.window is None:
+            raise ValueError("mask 'sliding_window' needs 'window: [left, right]' (-1 for unbounded)")
+        if self.mask is not MaskKind.sliding_window and self.window is not None:
+            raise ValueError(f"'window' applies only to mask 'sliding_window', not '{self.mask.value}'")
+        return self
+
+    # ---- derived views -------------------------------------------------------------------
+    def canonical_json(self) -> str:
+        """Key order and spelling fixed: the spec's identity in cache keys and stamps."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def spec_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+    @property
+    def window_left(self) -> int:
+        """Keys visible to the left of the diagonal (-1: unbounded)."""
+        if self.mask is MaskKind.sliding_window:
+            assert self.window is not None
+            return self.window[0]
+        return -1
+
+    @property
+    def window_right(self) -> int:
+        """Keys visible to the right of the diagonal (-1: unbounded; causal is 0)."""
+        if self.mask is MaskKind.sliding_window:
+            assert self.window is not None
+            return self.window[1]
+        return 0 if self.mask is MaskKind.causal else -1
+
+    def with_arch(self, arch: Arch) -> AttentionSpec:
+        return self.model_copy(update={"arch": (arch,)})
+
+
+def _derived_name(data: dict[str, Any]) -> str:
+    mask = data.get("mask", "none")
+    mask = getattr(mask, "value", mask)
+    dtype = getattr(data.get("dtype"), "value", data.get("dtype"))
+    return f"{mask}_{dtype}_hd{data.get('head_dim')}"
