@@ -22,8 +22,11 @@ AUTO_STAGES = (2, 3)
 #: block_m above 128 leaves too few query blocks to fill the GPU at 2k tokens.
 MAX_BLOCK_M = 128
 #: Registers the kernel needs beside its tiles: pointers, loop indices, swizzled addresses,
-#: softmax statistics, B fragments in flight (measured ~40-56 with -Xptxas=-v).
-REG_OVERHEAD = 48
+#: softmax statistics, A/B fragments in flight. Calibrated with -Xptxas=-v on sm_90a over the
+#: whole search space at hd 64/128/256 (benchmarks/NOTES.md): with S counted twice (fp32 scores
+#: and the exponentials live together while P is packed), 64 separates the tilings that spill
+#: from those that do not, with one false rejection (hd128, 2 warp tiles, block_n 32, Q in smem).
+REG_OVERHEAD = 64
 #: The workload the cost model ranks candidates on (FlashAttention-3 paper settings, mid-size).
 REF_SEQLEN = 4096
 REF_HIDDEN = 2048
@@ -50,12 +53,12 @@ def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
 
 
 def register_estimate(spec: AttentionSpec, tiling: Tiling) -> int:
-    """fp32 registers per thread: O accumulators, S scores, optional Q fragments, overhead."""
+    """32-bit registers per thread: O accumulators, S scores (twice), optional Q fragments, overhead."""
     rows = tiling.warp_m_tiles  # 16-row tiles; each thread holds 2 rows of each
     o_acc = rows * spec.head_dim // 2        # (16 x d) fp32 per tile / 32 lanes
     s_acc = rows * tiling.block_n // 2       # (16 x block_n) fp32 per tile / 32 lanes
     q_frag = rows * spec.head_dim // 4 if tiling.q_in_regs else 0  # packed 2 x 16-bit per register
-    return o_acc + s_acc + q_frag + REG_OVERHEAD
+    return o_acc + 2 * s_acc + q_frag + REG_OVERHEAD
 
 
 def _blocks_per_sm(info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> int:
@@ -136,7 +139,7 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
                       f"{info.arch.value} allows {info.smem_per_block} B per block")
     if regs > info.max_regs_per_thread:
         return reject(f"needs ~{regs} registers per thread (O {tiling.warp_m_tiles * spec.head_dim // 2}"
-                      f" + S {tiling.warp_m_tiles * tiling.block_n // 2} + overhead); at most "
+                      f" + 2 x S {tiling.warp_m_tiles * tiling.block_n // 2} + Q + {REG_OVERHEAD}); at most "
                       f"{info.max_regs_per_thread}: it would spill")
     cost = estimate_cost(spec, info, tiling, smem, regs)
     if cost.blocks_per_sm == 0:

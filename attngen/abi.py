@@ -1,0 +1,35 @@
+"""The kernel's parameter block: one field list renders the C++ struct and builds the ctypes twin."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    ctype: str
+    py: type
+
+
+_PTR, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
+
+FWD_PARAMS: tuple[Field, ...] = (
+    Field("q", "const void*", _PTR),
+    Field("k", "const void*", _PTR),
+    Field("v", "const void*", _PTR),
+    Field("o", "void*", _PTR),
+    Field("lse", "float*", _PTR),
+    *(Field(f"{t}_{s}_stride", "long long", _I64) for t in "qkvo" for s in ("batch", "row", "head")),
+    Field("seqlen_q", "int", _I32),
+    Field("seqlen_k", "int", _I32),
+    Field("heads", "int", _I32),
+    Field("kv_heads", "int", _I32),
+    Field("scale_log2", "float", _F32),
+)
+
+
+def ctypes_struct(fields: tuple[Field, ...], name: str = "Params") -> type[ctypes.Structure]:
+    """A ctypes.Structure with the C struct's layout (same order, native alignment)."""
+    return type(name, (ctypes.Structure,), {"_fields_": [(f.name, f.py) for f in fields]})

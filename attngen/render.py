@@ -1,0 +1,73 @@
+"""Stage 3: KernelPlan -> KernelSource. C++ structure lives in the templates; every value comes
+from the plan, through one context builder, under StrictUndefined."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import jinja2
+
+from . import __version__
+from .abi import FWD_PARAMS
+from .artifacts import KernelSource
+from .cxx import DTYPE_TAGS
+from .ir import KernelPlan
+from .paths import templates_dir
+
+FWD_TEMPLATE = "attn_fwd.cu.j2"
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        # PTX operands are written {%0, %1}: Jinja statements use <% %> instead of {% %}.
+        block_start_string="<%",
+        block_end_string="%>",
+        comment_start_string="<#",
+        comment_end_string="#>",
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _spec_line(plan: KernelPlan) -> str:
+    s = plan.spec
+    window = f" window={list(s.window)}" if s.window else ""
+    return f"head_dim={s.head_dim} dtype={s.dtype.value} mask={s.mask.value}{window}"
+
+
+def _plan_line(plan: KernelPlan) -> str:
+    t = plan.tiling
+    return (f"{plan.pipeline.value} block_m={t.block_m} block_n={t.block_n} warps={t.num_warps} "
+            f"warp_m_tiles={t.warp_m_tiles} stages={t.stages} q_in_regs={t.q_in_regs} smem={plan.smem_bytes}B")
+
+
+def context(plan: KernelPlan) -> dict[str, object]:
+    """Every value the forward template reads."""
+    spec = plan.spec
+    return {
+        "version": __version__,
+        "spec": spec,
+        "spec_hash": spec.spec_hash(),
+        "spec_line": _spec_line(plan),
+        "plan_line": _plan_line(plan),
+        "arch": plan.arch.value,
+        "kernel_name": plan.kernel_name,
+        "dtype": DTYPE_TAGS[spec.dtype],
+        "head_dim": spec.head_dim,
+        "tiling": plan.tiling,
+        "smem": plan.smem,
+        "min_blocks_per_sm": plan.min_blocks_per_sm,
+        "window_left": spec.window_left,
+        "window_right": spec.window_right,
+        "params": FWD_PARAMS,
+    }
+
+
+def render(plan: KernelPlan) -> KernelSource:
+    code = _environment().get_template(FWD_TEMPLATE).render(**context(plan))
+    return KernelSource(plan=plan, code=code, entry_names=(plan.kernel_name,), spec_hash=plan.spec.spec_hash())
