@@ -1,0 +1,204 @@
+"""Build kernels ahead of time: spec -> plan -> render -> compile (cached) -> files on disk.
+
+The library behind `attngen build`. Nothing here needs a GPU:
+
+    build(spec, arch)              -> Cubin
+    manifest(cubin)                -> dict (what manifest.json holds)
+    write_artifacts(cubin, out)    -> out/<spec name>/<arch>/ with kernel.cu, *.cubin, manifest.json
+    build_many(specs, archs, out)  -> one BuildResult per (spec, arch), built in parallel
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .artifacts import Cubin
+from .errors import AttngenError, SpecError
+from .spec import Arch, AttentionSpec
+
+#: Called after each variant finishes: (result, variants done, variants in all).
+Progress = Callable[["BuildResult", int, int], None]
+
+
+def build(spec: AttentionSpec, arch: Arch | str) -> Cubin:
+    """Plan, render and compile `spec` for `arch` (through the kernel cache). No GPU needed."""
+    from .planner import plan
+
+    kernel_plan = plan(spec, Arch(arch))  # a PlanError surfaces before any toolchain loads
+    from .render import render
+
+    source = render(kernel_plan)
+    from .cache import compile_cached
+
+    return compile_cached(source)
+
+
+def manifest(cubin: Cubin, *, compile_seconds: float | None = None) -> dict[str, Any]:
+    """What manifest.json holds: the spec, the plan, each entry point's resources, the toolchain."""
+    from . import __version__
+
+    kernel_plan = cubin.source.plan
+    out: dict[str, Any] = {
+        "attngen_version": __version__,
+        "kernel_name": kernel_plan.kernel_name,
+        "spec": kernel_plan.spec.model_dump(mode="json"),
+        "arch": kernel_plan.arch.value,
+        "plan": kernel_plan.summary(),
+        "kernels": [r.as_manifest() for r in cubin.resources],
+        "nvrtc_version": cubin.nvrtc_version,
+        "cache_key": cubin.cache_key,
+    }
+    seconds = compile_seconds if compile_seconds is not None else cubin.extra.get("compile_seconds")
+    if isinstance(seconds, (int, float)):
+        out["compile_seconds"] = round(float(seconds), 3)
+    return out
+
+
+def artifact_dir(out_dir: Path | str, spec: AttentionSpec, arch: Arch) -> Path:
+    return Path(out_dir) / spec.name / arch.value
+
+
+def write_artifacts(cubin: Cubin, out_dir: Path | str, *, compile_seconds: float | None = None) -> Path:
+    """Write kernel.cu, <kernel_name>.cubin and manifest.json under out_dir/<spec>/<arch>/."""
+    kernel_plan = cubin.source.plan
+    target = artifact_dir(out_dir, kernel_plan.spec, kernel_plan.arch)
+    target.mkdir(parents=True, exist_ok=True)
+    _atomic_write(target / "kernel.cu", cubin.source.code.encode())
+    _atomic_write(target / f"{kernel_plan.kernel_name}.cubin", cubin.data)
+    text = json.dumps(manifest(cubin, compile_seconds=compile_seconds), indent=2, sort_keys=False) + "\n"
+    _atomic_write(target / "manifest.json", text.encode())
+    return target
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same folder, then rename over `path` (never half-written)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---- many variants ---------------------------------------------------------------------------
+
+
+@dataclass
+class BuildResult:
+    """The outcome of one (spec, arch) variant."""
+
+    spec_name: str
+    arch: str
+    ok: bool
+    seconds: float
+    out_dir: Path | None = None
+    error: str | None = None
+    cached: bool = False
+    plan: dict[str, Any] = field(default_factory=dict)
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def registers(self) -> int:
+        return max((int(k["registers"]) for k in self.kernels), default=0)
+
+    @property
+    def spills(self) -> int:
+        return sum(int(k["spill_stores"]) + int(k["spill_loads"]) for k in self.kernels)
+
+
+def resolve_archs(spec: AttentionSpec, archs: Sequence[Arch | str] | None) -> tuple[Arch, ...]:
+    """The arches to build: the caller's list, else the spec's own, else a SpecError."""
+    if archs:
+        return tuple(Arch(a) for a in archs)
+    if spec.arch:
+        return tuple(spec.arch)
+    allowed = ", ".join(a.value for a in Arch)
+    raise SpecError(f"spec '{spec.name}' names no target arch: pass --arch (comma separated, from "
+                    f"{allowed}) or add 'arch: [...]' to the spec")
+
+
+def variants(specs: Iterable[AttentionSpec],
+             archs: Sequence[Arch | str] | None) -> list[tuple[AttentionSpec, Arch]]:
+    """The cross product of specs and their arches, in a stable order, without duplicates."""
+    seen: set[tuple[str, Arch]] = set()
+    out = []
+    for spec in specs:
+        for arch in resolve_archs(spec, archs):
+            if (spec.canonical_json(), arch) not in seen:
+                seen.add((spec.canonical_json(), arch))
+                out.append((spec, arch))
+    return out
+
+
+def build_one(spec: AttentionSpec, arch: Arch, out_dir: str) -> BuildResult:
+    """Build and write one variant; any failure becomes a failed BuildResult with its message."""
+    start = time.perf_counter()
+    try:
+        cubin = build(spec, arch)
+        seconds = time.perf_counter() - start
+        target = write_artifacts(cubin, out_dir, compile_seconds=None if cubin.from_cache else seconds)
+    except AttngenError as exc:
+        return BuildResult(spec.name, arch.value, False, time.perf_counter() - start, error=str(exc))
+    except Exception as exc:  # one broken variant must not lose the others
+        message = f"{type(exc).__name__}: {exc}"
+        return BuildResult(spec.name, arch.value, False, time.perf_counter() - start, error=message)
+    return BuildResult(spec.name, arch.value, True, seconds, out_dir=target, cached=cubin.from_cache,
+                       plan=cubin.source.plan.summary(), kernels=[r.as_manifest() for r in cubin.resources])
+
+
+def build_many(specs: Iterable[AttentionSpec], archs: Sequence[Arch | str] | None, out_dir: Path | str,
+               jobs: int | None = None, progress: Progress | None = None) -> list[BuildResult]:
+    """Build every (spec, arch) variant, in parallel across processes, into out_dir.
+
+    `archs` overrides each spec's own arch list; without it a spec that names no arch raises
+    SpecError before anything is built. A variant that fails is reported in its BuildResult
+    (ok False, error set) and the others still build. Results come in the order of the variants.
+    `jobs=1` builds in this process.
+    """
+    todo = variants(specs, archs)
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    if workers == 1:
+        return _build_serial(todo, str(out_dir), progress)
+    return _build_parallel(todo, str(out_dir), workers, progress)
+
+
+def _build_serial(todo: list[tuple[AttentionSpec, Arch]], out_dir: str,
+                  progress: Progress | None) -> list[BuildResult]:
+    results = []
+    for spec, arch in todo:
+        results.append(build_one(spec, arch, out_dir))
+        if progress:
+            progress(results[-1], len(results), len(todo))
+    return results
+
+
+def _build_parallel(todo: list[tuple[AttentionSpec, Arch]], out_dir: str, workers: int,
+                    progress: Progress | None) -> list[BuildResult]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    results: list[BuildResult | None] = [None] * len(todo)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {pool.submit(build_one, spec, arch, out_dir): i for i, (spec, arch) in enumerate(todo)}
+        for done, future in enumerate(as_completed(futures), start=1):
+            index = futures[future]
+            spec, arch = todo[index]
+            try:
+                result = future.result()
+            except Exception as exc:  # the worker process died (a crash, out of memory)
+                result = BuildResult(spec.name, arch.value, False, 0.0,
+                                     error=f"build worker failed: {type(exc).__name__}: {exc}")
+            results[index] = result
+            if progress:
+                progress(result, done, len(todo))
+    return [r for r in results if r is not None]

@@ -1,0 +1,297 @@
+"""The `attngen` command: build, check, explain, list. A thin shell over attngen.build and friends.
+
+Every error attngen raises on purpose, and every bad argument, is printed as one message on
+stderr with a non-zero exit; never a traceback. Heavy modules load inside the commands, so
+`attngen --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .build import BuildResult
+    from .ir import KernelPlan
+    from .spec import Arch, AttentionSpec
+
+app = typer.Typer(
+    name="attngen",
+    help="Compile declarative attention specs (YAML) into exact FlashAttention-class CUDA kernels.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+ArchOption = Annotated[str | None, typer.Option(
+    "--arch", "-a", metavar="LIST",
+    help="Target GPU generations, comma separated (sm80,sm86,sm89,sm90,sm100,sm120). "
+         "Default: the spec's own 'arch' list.")]
+
+
+# ---- output and errors ------------------------------------------------------------------------
+
+
+def _console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+    return Console(stderr=stderr, width=width, highlight=False)
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    """One clear message on stderr, then exit non-zero."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn attngen's own errors (and unreadable files) into one message and a non-zero exit."""
+    from .errors import AttngenError
+
+    try:
+        yield
+    except AttngenError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+
+
+def parse_archs(text: str | None) -> list[Arch] | None:
+    """'sm80,sm90' -> [Arch.sm80, Arch.sm90]; an unknown name exits with the allowed values."""
+    if text is None:
+        return None
+    from .spec import Arch
+
+    allowed = ", ".join(a.value for a in Arch)
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        _fail(f"--arch is empty; allowed values: {allowed}", EXIT_USAGE)
+    out = []
+    for name in names:
+        try:
+            arch = Arch(name.lower())
+        except ValueError:
+            _fail(f"unknown arch '{name}' in --arch; allowed values: {allowed}", EXIT_USAGE)
+        if arch not in out:
+            out.append(arch)
+    return out
+
+
+def _load(path: Path) -> AttentionSpec:
+    from .loader import load_spec
+
+    if not path.is_file():
+        _fail(f"{path}: no such spec file", EXIT_USAGE)
+    return load_spec(path)
+
+
+# ---- build ------------------------------------------------------------------------------------
+
+
+@app.command()
+def build(
+    specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help="Spec files (YAML).")],
+    arch: ArchOption = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("build"),
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1,
+                                             help="Parallel compile processes (default: CPU cores).")] = None,
+) -> None:
+    """Compile each spec for each arch; write OUT/<spec>/<arch>/ with kernel.cu, *.cubin, manifest.json."""
+    from .build import build_many, variants
+
+    archs = parse_archs(arch)
+    with _errors():
+        loaded = [_load(p) for p in specs]
+        total = len(variants(loaded, archs))
+    results = _with_progress(total, lambda cb: build_many(loaded, archs, out, jobs=jobs, progress=cb))
+    _print_summary(results, out)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        err = _console(stderr=True)
+        for r in failed:
+            err.print(f"[bold red]error:[/] {r.spec_name} {r.arch}: {r.error}", markup=True, soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _with_progress(total: int, run: Callable[[Callable[[BuildResult, int, int], None]], list[BuildResult]],
+                   ) -> list[BuildResult]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("[bold]building"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
+    with Progress(*columns, console=_console(stderr=True), transient=False) as bar:
+        task = bar.add_task("", total=total)
+
+        def advance(result: BuildResult, done: int, _total: int) -> None:
+            mark = "ok" if result.ok else "FAILED"
+            bar.update(task, completed=done, description=f"{result.spec_name} {result.arch} {mark}")
+
+        return run(advance)
+
+
+def _print_summary(results: list[BuildResult], out: Path) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"attngen build -> {out}", title_justify="left")
+    for name in ("spec", "arch", "block_m x block_n", "warps", "stages", "smem", "registers", "spills",
+                 "time", "cached"):
+        table.add_column(name, justify="left" if name in ("spec", "arch") else "right")
+    for r in results:
+        if not r.ok:
+            table.add_row(r.spec_name, r.arch, "[red]FAILED[/]", "", "", "", "", "", f"{r.seconds:.1f}s", "")
+            continue
+        p = r.plan
+        table.add_row(r.spec_name, r.arch, f"{p['block_m']} x {p['block_n']}", str(p["num_warps"]),
+                      str(p["stages"]), f"{p['smem_bytes']} B", str(r.registers),
+                      str(r.spills) if r.spills == 0 else f"[red]{r.spills}[/]",
+                      f"{r.seconds:.1f}s", "yes" if r.cached else "no")
+    console = _console()
+    console.print(table)
+    ok = sum(r.ok for r in results)
+    failed = f", {len(results) - ok} failed" if ok < len(results) else ""
+    console.print(f"{ok} of {len(results)} variant(s) built{failed}")
+
+
+# ---- check, explain, list ---------------------------------------------------------------------
+
+
+@app.command()
+def check(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help="Spec files (YAML).")]) -> None:
+    """Validate spec files: 'OK' per valid file, else the error (exit 1 if any is invalid)."""
+    from .errors import AttngenError
+
+    bad = 0
+    for path in specs:
+        try:
+            spec = _load_checked(path)
+        except (AttngenError, OSError) as exc:
+            bad += 1
+            typer.echo(f"{path}: error: {exc}" if not str(exc).startswith(str(path)) else f"error: {exc}",
+                       err=True)
+            continue
+        typer.echo(f"{path}: OK ({spec.name})")
+    if bad:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _load_checked(path: Path) -> AttentionSpec:
+    from .loader import load_spec
+
+    if not path.is_file():
+        raise FileNotFoundError(2, "no such spec file", str(path))
+    return load_spec(path)
+
+
+@app.command()
+def explain(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="A spec file (YAML).")],
+    arch: Annotated[str | None, typer.Option(
+        "--arch", "-a", help="Target arch (default: the spec's first).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the chosen plan, as JSON.")] = False,
+) -> None:
+    """Show every candidate tiling with its budget arithmetic, and the plan chosen (with its reason)."""
+    from .planner import plan
+
+    archs = parse_archs(arch)
+    with _errors():
+        spec = _load(spec_path)
+        if archs and len(archs) > 1:
+            _fail("explain takes one arch; pass a single --arch", EXIT_USAGE)
+        target = archs[0] if archs else _spec_arch(spec)
+        kernel_plan = plan(spec, target)
+    if as_json:
+        sys.stdout.write(json.dumps(kernel_plan.summary(), indent=2) + "\n")
+        return
+    _print_explain(kernel_plan)
+
+
+def _spec_arch(spec: AttentionSpec) -> Arch:
+    if spec.arch:
+        return spec.arch[0]
+    from .spec import Arch
+
+    allowed = ", ".join(a.value for a in Arch)
+    _fail(f"spec '{spec.name}' names no arch; pass --arch (one of {allowed})", EXIT_USAGE)
+
+
+def _print_explain(kernel_plan: KernelPlan) -> None:
+    from rich.table import Table
+
+    from .archs import arch_info
+
+    info = arch_info(kernel_plan.arch)
+    spec = kernel_plan.spec
+    console = _console()
+    console.print(f"[bold]{spec.name}[/] on {kernel_plan.arch.value} ({info.parts}): "
+                  f"{info.smem_per_block} B shared memory per block, "
+                  f"{info.max_regs_per_thread} registers per thread")
+    table = Table(show_lines=False)
+    for name in ("", "block_m x block_n", "warps", "stages", "q in regs", "smem B", "regs est",
+                 "fits / reason", "predicted us"):
+        table.add_column(name, justify="left" if name in ("", "fits / reason") else "right",
+                         overflow="fold")
+    for cand in sorted(kernel_plan.candidates, key=_candidate_order):
+        t = cand.tiling
+        chosen = t == kernel_plan.tiling
+        table.add_row("*" if chosen else "", f"{t.block_m} x {t.block_n}", str(t.num_warps), str(t.stages),
+                      "yes" if t.q_in_regs else "no", str(cand.smem_bytes), str(cand.regs_estimate),
+                      "fits" if cand.fits else f"[dim]{cand.reason}[/]",
+                      f"{cand.cost.predicted_us:.2f}" if cand.cost else "-",
+                      style="bold green" if chosen else None)
+    console.print(table)
+    t = kernel_plan.tiling
+    console.print(f"chosen: [bold]{kernel_plan.kernel_name}[/] block_m {t.block_m}, block_n {t.block_n}, "
+                  f"{t.num_warps} warps, {t.stages} stages, {kernel_plan.smem_bytes} B shared memory, "
+                  f"~{kernel_plan.regs_estimate} registers")
+    console.print(f"reason: {kernel_plan.reason}", soft_wrap=True)
+
+
+def _candidate_order(cand: object) -> tuple[int, float]:
+    fits = getattr(cand, "fits", False)
+    cost = getattr(cand, "cost", None)
+    return (0 if fits else 1, cost.predicted_us if cost else float("inf"))
+
+
+@app.command("list")
+def list_catalogue() -> None:
+    """List the shipped catalogue of specs."""
+    from rich.table import Table
+
+    from .catalogue import catalogue_dir, load_catalogue_entries
+
+    with _errors():
+        entries = load_catalogue_entries()
+    table = Table(title=f"catalogue: {catalogue_dir()}", title_justify="left")
+    for name in ("name", "head_dim", "dtype", "mask", "file"):
+        table.add_column(name, justify="right" if name == "head_dim" else "left")
+    for path, spec in entries:
+        mask = spec.mask.value if spec.window is None else f"{spec.mask.value} {list(spec.window)}"
+        table.add_row(spec.name, str(spec.head_dim), spec.dtype.value, mask, _display_path(path))
+    _console().print(table)
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def main() -> None:
+    """Console-script entry point (also `python -m attngen`)."""
+    app(prog_name="attngen")
