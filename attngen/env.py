@@ -2,6 +2,7 @@
 
 ATTNGEN_CACHE_DIR   where compiled kernels are cached (default: $XDG_CACHE_HOME/attngen or ~/.cache/attngen)
 ATTNGEN_DEBUG_KEEP  "1" keeps every rendered source beside its cubin, also on success
+ATTNGEN_POISON      "1" fills op outputs with NaN before each launch (tests: unwritten outputs show)
 """
 
 from __future__ import annotations
@@ -28,3 +29,7 @@ def keep_sources() -> bool:
 def key_environment() -> dict[str, str]:
     """The environment that changes build output (part of every cache key)."""
     return {name: os.environ.get(name, "") for name in KEY_VARIABLES}
+
+
+def poison_outputs() -> bool:
+    return os.environ.get("ATTNGEN_POISON", "") == "1"

@@ -1,0 +1,164 @@
+"""AttentionKernel: the compiled, callable end of the pipeline (`attngen.compile`)."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from . import op
+from .abi import FWD_PARAMS, ctypes_struct
+from .artifacts import Cubin
+from .cxx import DTYPE_TAGS
+from .spec import Arch, AttentionSpec
+
+if TYPE_CHECKING:
+    import torch
+
+_Params = ctypes_struct(FWD_PARAMS, "FwdParams")
+MAX_GRID_YZ = 65535
+
+
+def current_arch(device: Any = None) -> Arch:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device is available; pass an arch to attngen.build to compile without one")
+    major, minor = torch.cuda.get_device_capability(device)
+    return Arch.from_capability(major, minor)
+
+
+class AttentionKernel:
+    """Exact softmax attention for one spec, compiled for one or more arches.
+
+    `kernel(q, k, v)` with q (batch, seqlen_q, heads, head_dim) and k, v (batch, seqlen_k, kv_heads,
+    head_dim) returns out like q; with `return_lse=True` also the float32 natural-log LSE
+    (batch, heads, seqlen_q).
+    """
+
+    def __init__(self, spec: AttentionSpec, cubins: dict[Arch, Cubin]) -> None:
+        self.spec = spec
+        self.cubins = dict(cubins)
+        self.key = f"{spec.name}-{'-'.join(sorted(c.cache_key[:12] or a.value for a, c in cubins.items()))}"
+        self._loaded: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        op.register_launcher(self.key, self._launch)
+
+    @property
+    def arches(self) -> tuple[Arch, ...]:
+        return tuple(self.cubins)
+
+    def __repr__(self) -> str:
+        arches = ",".join(a.value for a in self.arches)
+        return f"AttentionKernel({self.spec.name}, arch={arches})"
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, softmax_scale: float | None = None,
+                 return_lse: bool = False) -> Any:
+        scale = self._check(q, k, v, softmax_scale)
+        out, lse = op.attention_fwd(q, k, v, scale, self.key)
+        return (out, lse) if return_lse else out
+
+    # ---- validation ---------------------------------------------------------------------------
+    def _check(self, q: Any, k: Any, v: Any, softmax_scale: float | None) -> float:
+        import torch
+
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            _check_tensor(name, t, self.spec)
+        if not (q.device == k.device == v.device):
+            raise ValueError(f"q, k and v must be on one device; got {q.device}, {k.device}, {v.device}")
+        _check_shapes(q, k, v)
+        arch = current_arch(q.device)
+        if arch not in self.cubins:
+            built = ", ".join(a.value for a in self.arches)
+            raise ValueError(f"this kernel was built for {built}; the tensors are on a {arch.value} GPU "
+                             f"({torch.cuda.get_device_name(q.device)}); compile the spec for {arch.value}")
+        if softmax_scale is None:
+            return 1.0 / math.sqrt(self.spec.head_dim)
+        if not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale) or softmax_scale <= 0:
+            raise ValueError(f"softmax_scale must be a positive finite float, got {softmax_scale!r}")
+        return float(softmax_scale)
+
+    # ---- launch -------------------------------------------------------------------------------
+    def _function(self, device_index: int, arch: Arch) -> Any:
+        with self._lock:
+            fn = self._loaded.get(device_index)
+            if fn is None:
+                from .runtime import load_function
+
+                cubin = self.cubins[arch]
+                plan = cubin.source.plan
+                fn = load_function(cubin.data, plan.kernel_name, plan.smem_bytes, device_index)
+                self._loaded[device_index] = fn
+            return fn
+
+    def _launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                softmax_scale: float) -> None:
+        import torch
+
+        from .runtime import launch
+
+        arch = current_arch(q.device)
+        plan = self.cubins[arch].source.plan
+        fn = self._function(q.device.index or 0, arch)
+        batch, seqlen_q, heads, _ = q.shape
+        params = _Params(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
+                         seqlen_q=seqlen_q, seqlen_k=k.shape[1], heads=heads, kv_heads=k.shape[2],
+                         scale_log2=softmax_scale * math.log2(math.e))
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
+            setattr(params, f"{name}_batch_stride", t.stride(0))
+            setattr(params, f"{name}_row_stride", t.stride(1))
+            setattr(params, f"{name}_head_stride", t.stride(2))
+        grid = (-(-seqlen_q // plan.block_m), heads, batch)
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        launch(fn, grid, plan.threads, stream, params)
+
+
+def _check_tensor(name: str, t: Any, spec: AttentionSpec) -> None:
+    import torch
+
+    want = getattr(torch, DTYPE_TAGS[spec.dtype].torch)
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA tensor, got a tensor on {t.device}")
+    if t.dtype != want:
+        raise ValueError(f"{name} must have dtype {want} (spec '{spec.name}' is {spec.dtype.value}), got {t.dtype}")
+    if t.dim() != 4:
+        raise ValueError(f"{name} must have 4 dims (batch, seqlen, heads, head_dim), got shape {tuple(t.shape)}")
+    if t.shape[-1] != spec.head_dim:
+        raise ValueError(f"{name} must have head_dim {spec.head_dim} (its last dim), got {t.shape[-1]}")
+    if t.stride(-1) != 1:
+        raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got stride {t.stride(-1)}; "
+                         f"call {name}.contiguous()")
+
+
+def _check_shapes(q: Any, k: Any, v: Any) -> None:
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q and k must have one batch size, got {q.shape[0]} and {k.shape[0]}")
+    if q.shape[0] == 0:
+        raise ValueError("batch must be at least 1, got an empty batch")
+    if q.shape[0] > MAX_GRID_YZ or q.shape[2] > MAX_GRID_YZ:
+        raise ValueError(f"batch and heads must be at most {MAX_GRID_YZ}, got {q.shape[0]} and {q.shape[2]}")
+    heads, kv_heads = q.shape[2], k.shape[2]
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"q's heads ({heads}) must be a multiple of k's and v's kv_heads ({kv_heads})")
+
+
+def compile(spec: AttentionSpec | str | os.PathLike[str], arch: Arch | str | None = None) -> AttentionKernel:  # noqa: A001
+    """Build `spec` (an AttentionSpec or a YAML path) for `arch`, the spec's arches, or the current GPU."""
+    from .build import build
+
+    if not isinstance(spec, AttentionSpec):
+        from .loader import load_spec
+
+        spec = load_spec(spec)
+    if arch is not None:
+        arches: tuple[Arch, ...] = (Arch(arch),)
+    elif spec.arch:
+        arches = spec.arch
+    else:
+        arches = (current_arch(),)
+    return AttentionKernel(spec, {a: build(spec, a) for a in arches})

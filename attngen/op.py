@@ -1,0 +1,81 @@
+"""The torch.library custom op `attngen::attention_fwd` that every compiled kernel launches through.
+
+The op is registered on first use (never at import). A compiled AttentionKernel registers its
+launcher under a key; the op's string argument names it, so torch.compile traces one op for all.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Protocol
+
+from . import env
+
+if TYPE_CHECKING:
+    import torch
+
+_LAUNCHERS: dict[str, Launcher] = {}
+_REGISTERED = False
+
+
+class Launcher(Protocol):
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 lse: torch.Tensor, softmax_scale: float) -> None: ...
+
+
+def register_launcher(key: str, launcher: Launcher) -> None:
+    ensure_registered()
+    _LAUNCHERS[key] = launcher
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """cp.async moves 16 bytes: the base and every row start must be 16-byte aligned."""
+    return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
+
+
+def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
+              kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    launcher = _LAUNCHERS.get(kernel)
+    if launcher is None:
+        raise ValueError(f"kernel '{kernel}' is not loaded in this process; build it with attngen.compile")
+    q, k, v = (t if _aligned(t) else t.contiguous() for t in (q, k, v))
+    batch, seqlen_q, heads, _ = q.shape
+    fill = math.nan if env.poison_outputs() else None
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    if fill is not None:
+        out.fill_(fill)
+        lse.fill_(fill)
+    if out.numel():
+        launcher(q, k, v, out, lse, softmax_scale)
+    return out, lse
+
+
+def _fwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
+              kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    batch, seqlen_q, heads, _ = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    return out, q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
+
+
+def ensure_registered() -> None:
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    import torch
+
+    op = torch.library.custom_op("attngen::attention_fwd", mutates_args=(), device_types="cuda")(_fwd_impl)
+    op.register_fake(_fwd_fake)
+    _REGISTERED = True
+
+
+def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
+                  kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    ensure_registered()
+    return torch.ops.attngen.attention_fwd(q, k, v, softmax_scale, kernel)

@@ -1,0 +1,78 @@
+"""Stage 5: a cubin loaded through the CUDA driver (cuda.bindings.driver) and launched on a stream.
+
+Kernels run in the device's primary context, the one PyTorch uses, so they share its streams and
+memory. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+from .errors import LaunchError
+
+_LOCK = threading.Lock()
+
+
+def _driver():  # type: ignore[no-untyped-def]
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _check(result: tuple, what: str) -> tuple:  # type: ignore[type-arg]
+    err = result[0]
+    driver = _driver()
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(err)
+        _, text = driver.cuGetErrorString(err)
+        name = name.decode() if isinstance(name, bytes) else name
+        text = text.decode() if isinstance(text, bytes) else text
+        raise LaunchError(f"{what} failed: {name} ({text})")
+    return result[1:]
+
+
+def ensure_context(device_index: int) -> None:
+    """Make the device's primary context current on this thread (PyTorch's context)."""
+    driver = _driver()
+    _check(driver.cuInit(0), "cuInit")
+    (current,) = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    (device,) = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
+    if current is not None and int(current) != 0:
+        (cur_dev,) = _check(driver.cuCtxGetDevice(), "cuCtxGetDevice")
+        if int(cur_dev) == int(device):
+            return
+    (ctx,) = _check(driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+    _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+@dataclass
+class LoadedFunction:
+    name: str
+    module: object
+    function: object
+    smem_bytes: int
+
+
+def load_function(cubin: bytes, name: str, smem_bytes: int, device_index: int) -> LoadedFunction:
+    """Load `name` from `cubin` on the device and allow it `smem_bytes` of dynamic shared memory."""
+    driver = _driver()
+    with _LOCK:
+        ensure_context(device_index)
+        (module,) = _check(driver.cuModuleLoadData(cubin), f"loading the cubin of {name}")
+        (function,) = _check(driver.cuModuleGetFunction(module, name.encode()), f"finding kernel {name}")
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _check(driver.cuFuncSetAttribute(function, attr, smem_bytes),
+               f"raising {name}'s dynamic shared memory to {smem_bytes} B")
+    return LoadedFunction(name=name, module=module, function=function, smem_bytes=smem_bytes)
+
+
+def launch(fn: LoadedFunction, grid: tuple[int, int, int], threads: int, stream: int,
+           params: ctypes.Structure) -> None:
+    """Launch with one by-value struct parameter on the given CUstream handle."""
+    driver = _driver()
+    arg_ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+    _check(driver.cuLaunchKernel(fn.function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes,
+                                 driver.CUstream(stream), ctypes.addressof(arg_ptrs), 0),
+           f"launching {fn.name}")
