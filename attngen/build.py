@@ -145,7 +145,7 @@ def build_one(spec: AttentionSpec, arch: Arch, out_dir: str) -> BuildResult:
     try:
         cubin = build(spec, arch)
         seconds = time.perf_counter() - start
-        target = write_artifacts(cubin, out_dir, compile_seconds=None if cubin.from_cache else seconds)
+        target = write_artifacts(cubin, out_dir)
     except AttngenError as exc:
         return BuildResult(spec.name, arch.value, False, time.perf_counter() - start, error=str(exc))
     except Exception as exc:  # one broken variant must not lose the others

@@ -1,0 +1,246 @@
+"""The attngen command line: exit codes, messages, explain's table and JSON, list, build."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attngen.catalogue import catalogue_dir, catalogue_files
+from attngen.cli import app
+
+PLAN_KEYS = {"block_m", "block_n", "num_warps", "stages", "smem_bytes", "pipeline"}
+MANIFEST_KEYS = {"spec", "arch", "plan", "kernels", "nvrtc_version", "cache_key"}
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("COLUMNS", "220")
+    return CliRunner()
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> Path:
+    text = "name: good\nhead_dim: 128\ndtype: bf16\nmask: causal\narch: [sm90]\n"
+    return _write(tmp_path, "good.yaml", text)
+
+
+@pytest.fixture
+def no_arch(tmp_path: Path) -> Path:
+    return _write(tmp_path, "no_arch.yaml", "name: no_arch\nhead_dim: 64\ndtype: fp16\n")
+
+
+@pytest.fixture
+def misspelt(tmp_path: Path) -> Path:
+    return _write(tmp_path, "misspelt.yaml", "head_dim: 128\ndtype: bf16\nmaks: causal\n")
+
+
+def _clean(result: object) -> None:
+    """No traceback anywhere, whatever the exit code."""
+    text = getattr(result, "output", "") + getattr(result, "stderr", "")
+    assert "Traceback" not in text
+    exc = getattr(result, "exception", None)
+    assert exc is None or isinstance(exc, SystemExit), repr(exc)
+
+
+# ---- check ------------------------------------------------------------------------------------
+
+
+def test_check_good(runner: CliRunner, good: Path, no_arch: Path) -> None:
+    result = runner.invoke(app, ["check", str(good), str(no_arch)])
+    _clean(result)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("OK") == 2
+    assert str(good) in result.stdout
+
+
+def test_check_bad_names_file_line_and_field(runner: CliRunner, good: Path, misspelt: Path) -> None:
+    result = runner.invoke(app, ["check", str(good), str(misspelt)])
+    _clean(result)
+    assert result.exit_code == 1
+    assert f"{good}: OK" in result.stdout
+    assert str(misspelt) in result.stderr and ":3" in result.stderr and "maks" in result.stderr
+    assert "OK" not in result.stderr
+
+
+@pytest.mark.parametrize("text", ["", "- a\n- b\n", "head_dim: [1\n", "head_dim: 100\ndtype: bf16\n",
+                                  "head_dim: 64\ndtype: fp8\n", "a: &a [1, 2]\nb: [*a, *a]\n"])
+def test_check_bad_inputs_one_message(runner: CliRunner, tmp_path: Path, text: str) -> None:
+    result = runner.invoke(app, ["check", str(_write(tmp_path, "bad.yaml", text))])
+    _clean(result)
+    assert result.exit_code == 1
+    assert "bad.yaml" in result.stderr and "error" in result.stderr
+
+
+def test_check_missing_file(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["check", str(tmp_path / "nope.yaml")])
+    _clean(result)
+    assert result.exit_code == 1
+    assert "nope.yaml" in result.stderr
+
+
+# ---- explain ----------------------------------------------------------------------------------
+
+
+def test_explain_table(runner: CliRunner, good: Path) -> None:
+    result = runner.invoke(app, ["explain", str(good)])
+    _clean(result)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    for word in ("block_m x block_n", "smem B", "regs est", "fits / reason", "predicted us", "chosen:",
+                 "reason:", "sm90", "232448"):
+        assert word in out, word
+    assert "fits" in out
+
+
+def test_explain_json(runner: CliRunner, good: Path) -> None:
+    result = runner.invoke(app, ["explain", str(good), "--arch", "sm80", "--json"])
+    _clean(result)
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert set(summary) >= PLAN_KEYS
+    assert summary["arch"] == "sm80" and summary["pipeline"] == "multistage"
+    assert summary["smem_bytes"] <= 166912
+
+
+def test_explain_budget_binds(runner: CliRunner, tmp_path: Path) -> None:
+    spec = _write(tmp_path, "hd256.yaml", "head_dim: 256\ndtype: bf16\n")
+    plans = {}
+    for arch in ("sm86", "sm90"):
+        result = runner.invoke(app, ["explain", str(spec), "--arch", arch, "--json"])
+        assert result.exit_code == 0, result.stderr
+        plans[arch] = json.loads(result.stdout)
+    assert plans["sm86"]["smem_bytes"] <= 101376 < plans["sm90"]["smem_bytes"] <= 232448
+    assert {k: plans["sm86"][k] for k in PLAN_KEYS} != {k: plans["sm90"][k] for k in PLAN_KEYS}
+
+
+def test_explain_needs_an_arch(runner: CliRunner, no_arch: Path) -> None:
+    result = runner.invoke(app, ["explain", str(no_arch)])
+    _clean(result)
+    assert result.exit_code == 2
+    assert "--arch" in result.stderr and "sm80" in result.stderr
+
+
+def test_explain_plan_error(runner: CliRunner, tmp_path: Path) -> None:
+    spec = _write(tmp_path, "big.yaml", "head_dim: 256\ndtype: fp16\ntiles: {block_m: 128, block_n: 128}\n"
+                                        "pipeline: {kind: multistage, stages: 5}\n")
+    result = runner.invoke(app, ["explain", str(spec), "--arch", "sm86"])
+    _clean(result)
+    assert result.exit_code == 1
+    assert "101376" in result.stderr and "no tiling" in result.stderr
+
+
+# ---- arguments --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["build", "explain"])
+def test_unknown_arch(runner: CliRunner, good: Path, command: str) -> None:
+    result = runner.invoke(app, [command, str(good), "--arch", "sm80,sm75"])
+    _clean(result)
+    assert result.exit_code == 2
+    assert "sm75" in result.stderr
+    assert "sm80, sm86, sm89, sm90, sm100, sm120" in result.stderr
+
+
+def test_build_without_arch(runner: CliRunner, no_arch: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["build", str(no_arch), "--out", str(tmp_path / "out")])
+    _clean(result)
+    assert result.exit_code == 1
+    assert "pass --arch" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_build_bad_spec(runner: CliRunner, misspelt: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["build", str(misspelt), "--arch", "sm80", "--out", str(tmp_path / "out")])
+    _clean(result)
+    assert result.exit_code == 1
+    assert "maks" in result.stderr
+
+
+def test_build_reports_failed_variants(runner: CliRunner, tmp_path: Path) -> None:
+    spec = _write(tmp_path, "big.yaml", "name: big\nhead_dim: 256\ndtype: fp16\n"
+                                        "tiles: {block_m: 128, block_n: 128}\n"
+                                        "pipeline: {kind: multistage, stages: 5}\n")
+    result = runner.invoke(app, ["build", str(spec), "--arch", "sm80,sm86", "--out", str(tmp_path / "o"),
+                                 "-j", "1"])
+    _clean(result)
+    assert result.exit_code == 1
+    assert "FAILED" in result.stdout and "0 of 2 variant(s) built, 2 failed" in result.stdout
+    assert "big sm86" in result.stderr and "101376" in result.stderr
+
+
+def test_help_is_quick_and_module_entry_works() -> None:
+    proc = subprocess.run([sys.executable, "-m", "attngen", "--help"], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert proc.returncode == 0
+    for command in ("build", "check", "explain", "list"):
+        assert command in proc.stdout
+    heavy = ("torch", "attngen.planner", "cuda")
+    code = f"import sys, attngen.cli; sys.exit(int(any(m in sys.modules for m in {heavy!r})))"
+    proc = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert proc.returncode == 0, "importing attngen.cli loads heavy modules"
+
+
+def test_subprocess_error_has_no_traceback(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "bad.yaml", "head_dim: 128\ndtype: bf16\nmask: diagonal\n")
+    proc = subprocess.run([sys.executable, "-m", "attngen", "explain", str(bad), "--arch", "sm90"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "mask" in proc.stderr and "causal" in proc.stderr  # names the field and the allowed values
+
+
+# ---- list and build of the catalogue ----------------------------------------------------------
+
+
+def test_list_shows_the_catalogue(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["list"])
+    _clean(result)
+    assert result.exit_code == 0, result.stderr
+    files = catalogue_files()
+    assert len(files) >= 12, f"catalogue in {catalogue_dir()} has {len(files)} specs"
+    for path in files:
+        assert path.name in result.stdout
+    for word in ("name", "head_dim", "dtype", "mask", "file", "causal", "bf16", "fp16"):
+        assert word in result.stdout
+
+
+def test_build_catalogue_spec_for_three_arches(runner: CliRunner, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(tmp_path / "cache"))
+    spec_file = catalogue_dir() / "causal_bf16_hd128.yaml"
+    out = tmp_path / "build"
+    result = runner.invoke(app, ["build", str(spec_file), "--arch", "sm80,sm90,sm100", "--out", str(out)])
+    _clean(result)
+    assert result.exit_code == 0, result.output + result.stderr
+    assert "3 of 3 variant(s) built" in result.stdout
+    spec_dirs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(spec_dirs) == 1
+    for arch in ("sm80", "sm90", "sm100"):
+        target = spec_dirs[0] / arch
+        assert (target / "kernel.cu").read_text().strip()
+        cubins = list(target.glob("*.cubin"))
+        assert len(cubins) >= 1 and all(c.stat().st_size > 0 for c in cubins)
+        manifest = json.loads((target / "manifest.json").read_text())
+        assert set(manifest) >= MANIFEST_KEYS
+        assert manifest["arch"] == arch and set(manifest["plan"]) >= PLAN_KEYS
+        assert manifest["kernels"], "no entry points in the manifest"
+        for kernel in manifest["kernels"]:
+            assert {"name", "registers", "spill_stores", "spill_loads", "smem_bytes"} <= set(kernel)
+            assert kernel["spill_stores"] == 0 and kernel["spill_loads"] == 0, kernel
+    # A second build comes from the cache.
+    again = runner.invoke(app, ["build", str(spec_file), "--arch", "sm90", "--out", str(out)])
+    assert again.exit_code == 0 and "yes" in again.stdout
+    assert os.environ["ATTNGEN_CACHE_DIR"] == str(tmp_path / "cache")
