@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device-machine call: set up, then run the named jobs, logs and results under $OUT.
+#   bash benchmarks/device.sh tests        # the GPU test tier (pytest -m gpu)
+#   bash benchmarks/device.sh tests bench  # ... then the benchmark (when present)
+# Needs the wheels the device lacks in .whl (bash ../shared/tools/device-wheels.sh .whl), carried.
+set -uo pipefail
+OUT=${OUT:-/tmp/attngen-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1 ATTNGEN_CACHE_DIR=${ATTNGEN_CACHE_DIR:-/tmp/attngen-cache}
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+  python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, 'cuda-bindings', cuda.bindings.__version__)"
+  python3 -c "from attngen.compiler import nvrtc_version; print('nvrtc', nvrtc_version())"
+} 2>&1 | tee "$OUT/environment.txt"
+status=0
+for job in "$@"; do
+  case "$job" in
+    tests)
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/ --maxfail=15 --junitxml="$OUT/gpu_tests.xml" 2>&1 \
+        | tee "$OUT/gpu_tests.log" || status=1 ;;
+    bench)
+      python3 -m attngen.bench --out "$OUT" 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+    *)
+      echo "unknown job '$job' (jobs: tests, bench)"; status=2 ;;
+  esac
+done
+exit $status

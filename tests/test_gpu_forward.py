@@ -1,0 +1,138 @@
+"""GPU tests of the forward kernel: every catalogue spec against a float64 reference.
+
+Run on a machine with a CUDA device: `python -m pytest -m gpu`. Outputs are poisoned with NaN
+before every launch (ATTNGEN_POISON=1) so an unwritten element fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: the GPU tests run on a machine with one", allow_module_level=True)
+
+import attngen  # noqa: E402
+from attngen.catalogue import load_catalogue  # noqa: E402
+from attngen.spec import AttentionSpec, DType  # noqa: E402
+
+from .gpu_reference import lse_error, reference, relative_error  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+TOLERANCE = {DType.fp16: 2e-3, DType.bf16: 1e-2}
+LSE_TOLERANCE = 1e-3
+#: (batch, seqlen_q, seqlen_k, heads, kv_heads)
+SHAPES = [
+    (2, 1, 1, 4, 4),
+    (2, 17, 17, 8, 1),
+    (1, 1000, 1000, 4, 4),
+    (1, 4097, 4097, 2, 2),
+    (1, 17, 1000, 8, 1),
+    (1, 1000, 17, 4, 2),
+    (1, 1000, 4097, 8, 1),
+]
+CATALOGUE = load_catalogue()
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTNGEN_POISON", "1")
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, attngen.AttentionKernel]:
+    return {}
+
+
+def _kernel(kernels: dict, spec: AttentionSpec) -> attngen.AttentionKernel:
+    if spec.name not in kernels:
+        kernels[spec.name] = attngen.compile(spec)
+    return kernels[spec.name]
+
+
+def _inputs(spec: AttentionSpec, shape: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
+    b, sq, sk, h, kvh = shape
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dtype = getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[spec.dtype.value])
+    q = torch.randn(b, sq, h, spec.head_dim, device="cuda", dtype=dtype, generator=gen)
+    k = torch.randn(b, sk, kvh, spec.head_dim, device="cuda", dtype=dtype, generator=gen)
+    v = torch.randn(b, sk, kvh, spec.head_dim, device="cuda", dtype=dtype, generator=gen)
+    return q, k, v
+
+
+def _check(spec: AttentionSpec, kernel: attngen.AttentionKernel, q, k, v, scale=None) -> None:  # type: ignore[no-untyped-def]
+    out, lse = kernel(q, k, v, softmax_scale=scale, return_lse=True)
+    torch.cuda.synchronize()
+    ref_out, ref_lse = reference(q, k, v, spec.window_left, spec.window_right, scale)
+    err = relative_error(out, ref_out)
+    lerr = lse_error(lse, ref_lse)
+    assert err < TOLERANCE[spec.dtype], f"{spec.name} {tuple(q.shape)} {tuple(k.shape)}: rel err {err:.2e}"
+    assert lerr < LSE_TOLERANCE, f"{spec.name} {tuple(q.shape)} {tuple(k.shape)}: lse err {lerr:.2e}"
+
+
+@pytest.mark.parametrize("spec", CATALOGUE, ids=lambda s: s.name)
+def test_catalogue_against_float64(spec: AttentionSpec, kernels: dict) -> None:
+    kernel = _kernel(kernels, spec)
+    for i, shape in enumerate(SHAPES):
+        q, k, v = _inputs(spec, shape, seed=1000 + i)
+        _check(spec, kernel, q, k, v)
+
+
+@pytest.mark.parametrize("window", [(0, 0), (5, 3), (64, -1), (-1, 7), (300, 0)])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
+def test_windows_and_head_dims(window: tuple[int, int], head_dim: int, kernels: dict) -> None:
+    spec = AttentionSpec(name=f"w{window[0]}_{window[1]}_hd{head_dim}", head_dim=head_dim, dtype="fp16",
+                         mask="sliding_window", window=window)
+    kernel = _kernel(kernels, spec)
+    for i, shape in enumerate([(1, 333, 333, 4, 2), (1, 129, 700, 2, 1), (1, 700, 129, 2, 2)]):
+        q, k, v = _inputs(spec, shape, seed=7 + i)
+        _check(spec, kernel, q, k, v)
+
+
+def test_strided_inputs_and_scale(kernels: dict) -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    kernel = _kernel(kernels, spec)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    qkv = torch.randn(2, 777, 3, 6, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q, k, v = qkv.unbind(dim=2)  # strided views with a contiguous last dim
+    _check(spec, kernel, q, k, v, scale=0.05)
+    qt = torch.randn(2, 6, 777, 128, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+    _check(spec, kernel, qt, k, v)
+
+
+def test_torch_compile_fullgraph(kernels: dict) -> None:
+    spec = AttentionSpec(head_dim=64, dtype="bf16", mask="causal")
+    kernel = _kernel(kernels, spec)
+
+    class Block(torch.nn.Module):
+        def forward(self, q, k, v):  # type: ignore[no-untyped-def]
+            return kernel(q * 1.0, k, v) + 1.0
+
+    q, k, v = _inputs(spec, (2, 300, 300, 4, 2), seed=11)
+    eager = Block()(q, k, v)
+    compiled = torch.compile(Block(), fullgraph=True)(q, k, v)
+    torch.cuda.synchronize()
+    assert torch.isfinite(compiled.float()).all()
+    assert torch.equal(eager, compiled)
+
+
+def test_python_level_mistakes_raise_value_error(kernels: dict) -> None:
+    spec = AttentionSpec(head_dim=64, dtype="bf16")
+    kernel = _kernel(kernels, spec)
+    q, k, v = _inputs(spec, (1, 64, 64, 4, 2), seed=5)
+    cases = [
+        ((q.half(), k, v), "dtype"),
+        ((q[..., :32], k, v), "head_dim"),
+        ((q.cpu(), k, v), "CUDA"),
+        ((q[0], k, v), "4 dims"),
+        ((q, k[:, :, :1].expand(1, 64, 3, 64), v), "shape"),
+        ((q[:0], k[:0], v[:0]), "batch"),
+        ((q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v), "contiguous"),
+    ]
+    for args, word in cases:
+        with pytest.raises(ValueError, match=word):
+            kernel(*args)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        kernel(q, k, v, softmax_scale=-1.0)
+    torch.cuda.synchronize()
