@@ -7,6 +7,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attngen import schedule
 from attngen.spec import AttentionSpec
@@ -53,6 +55,13 @@ def test_schedule_exhaustive(left: int, right: int) -> None:
 def test_schedule_all_small_seqlens(left: int, right: int) -> None:
     for sq, sk in itertools.product(range(1, 41), range(1, 41)):
         _check_config(sq, sk, 16, 16, left, right)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(sq=st.integers(1, 300), sk=st.integers(1, 300), bm=st.sampled_from([16, 32, 64, 128]),
+       bn=st.sampled_from([16, 32, 64, 128]), left=st.integers(-1, 80), right=st.integers(-1, 80))
+def test_schedule_random_sizes(sq: int, sk: int, bm: int, bn: int, left: int, right: int) -> None:
+    _check_config(sq, sk, bm, bn, left, right)
 
 
 def test_visible_scalar_matches_matrix() -> None:
