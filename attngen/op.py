@@ -4,23 +4,18 @@ The op is registered on first use (never at import). A compiled AttentionKernel 
 launcher under a key; the op's string argument names it, so torch.compile traces one op for all.
 """
 
-from __future__ import annotations
-
 import math
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import env
 
 if TYPE_CHECKING:
     import torch
 
+#: (q, k, v, out, lse, softmax_scale) -> None, launching the kernel into out and lse.
+Launcher = Callable[..., None]
 _LAUNCHERS: dict[str, Launcher] = {}
 _REGISTERED = False
-
-
-class Launcher(Protocol):
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                 lse: torch.Tensor, softmax_scale: float) -> None: ...
 
 
 def register_launcher(key: str, launcher: Launcher) -> None:
@@ -28,13 +23,12 @@ def register_launcher(key: str, launcher: Launcher) -> None:
     _LAUNCHERS[key] = launcher
 
 
-def _aligned(t: torch.Tensor) -> bool:
+def _aligned(t: "torch.Tensor") -> bool:
     """cp.async moves 16 bytes: the base and every row start must be 16-byte aligned."""
     return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
 
 
-def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
-              kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str) -> Any:
     import torch
 
     launcher = _LAUNCHERS.get(kernel)
@@ -53,8 +47,7 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     return out, lse
 
 
-def _fwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
-              kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _fwd_fake(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str) -> Any:
     import torch
 
     batch, seqlen_q, heads, _ = q.shape
@@ -68,13 +61,24 @@ def ensure_registered() -> None:
         return
     import torch
 
-    op = torch.library.custom_op("attngen::attention_fwd", mutates_args=(), device_types="cuda")(_fwd_impl)
-    op.register_fake(_fwd_fake)
+    Tensor = torch.Tensor
+
+    # The schema comes from these annotations, so they are real types, not strings.
+    def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float,
+                      kernel: str) -> tuple[Tensor, Tensor]:
+        return _fwd_impl(q, k, v, softmax_scale, kernel)
+
+    def attention_fwd_fake(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float,
+                           kernel: str) -> tuple[Tensor, Tensor]:
+        return _fwd_fake(q, k, v, softmax_scale, kernel)
+
+    op = torch.library.custom_op("attngen::attention_fwd", mutates_args=(), device_types="cuda")(attention_fwd)
+    op.register_fake(attention_fwd_fake)
     _REGISTERED = True
 
 
-def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
-                  kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_fwd(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", softmax_scale: float,
+                  kernel: str) -> "tuple[torch.Tensor, torch.Tensor]":
     import torch
 
     ensure_registered()
