@@ -229,7 +229,9 @@ def compile_source(source: KernelSource, *, target: str | None = None,
     seconds = time.perf_counter() - start
     resources = parse_ptxas_report(out.log)
     extra: dict[str, object] = {"compile_seconds": round(seconds, 4)}
-    lowered = _match_entries(source, resources, target, extra_options)
+    # Some NVRTC releases (13.0) return no ptxas report at all; entry points are then unchecked here
+    # and the driver names a missing one when it loads the cubin.
+    lowered = _match_entries(source, resources, target, extra_options) if resources else {}
     if lowered:
         extra["lowered_names"] = lowered
     return Cubin(source=source, data=out.cubin, target=target, nvrtc_version=nvrtc_version(),
