@@ -209,6 +209,7 @@ def _node_kind(node: yaml.Node) -> str:
 def _join(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
+    key = _printable(key)
     return f"{path}.{key}" if path else key
 
 
@@ -429,5 +430,10 @@ def _describe(value: Any) -> str:
 
 
 def _short(value: Any, limit: int = 40) -> str:
-    text = str(value)
+    text = _printable(str(value))
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _printable(text: str) -> str:
+    """Control characters escaped, so a hostile key cannot drive the terminal."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
