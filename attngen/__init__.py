@@ -13,6 +13,11 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# `build` and `render` are both submodules and functions: bind the functions now, or the first
+# import of the submodule would shadow them. Both modules import nothing heavy at top level.
+from .build import build  # noqa: E402
+from .render import render  # noqa: E402
+
 _LAZY = {
     "AttentionSpec": "attngen.spec",
     "Arch": "attngen.spec",
@@ -21,8 +26,6 @@ _LAZY = {
     "KernelPlan": "attngen.ir",
     "plan": "attngen.planner",
     "load_spec": "attngen.loader",
-    "render": "attngen.render",
-    "build": "attngen.build",
     "compile": "attngen.kernel",
     "AttentionKernel": "attngen.kernel",
     "AttngenError": "attngen.errors",
@@ -32,7 +35,7 @@ _LAZY = {
     "LaunchError": "attngen.errors",
 }
 
-__all__ = sorted(_LAZY) + ["__version__"]
+__all__ = sorted([*_LAZY, "build", "render"]) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,61 @@
+"""Every catalogue spec compiles through NVRTC for sm80, sm90 and sm100 with zero spills; the
+budget-binding specs compile for the other generations too. No GPU needed."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import attngen
+from attngen.archs import arch_info
+from attngen.catalogue import load_catalogue
+from attngen.spec import Arch
+
+CATALOGUE = load_catalogue()
+CI_ARCHS = (Arch.sm80, Arch.sm90, Arch.sm100)
+OTHER_ARCHS = (Arch.sm86, Arch.sm89, Arch.sm120)
+
+
+@pytest.fixture(scope="module")
+def catalogue_cubins() -> dict:
+    todo = [(spec, arch) for spec in CATALOGUE for arch in CI_ARCHS]
+    # NVRTC releases the GIL while compiling: threads use both cores.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        cubins = list(pool.map(lambda job: attngen.build(*job), todo))
+    return {(spec.name, arch): cubin for (spec, arch), cubin in zip(todo, cubins)}
+
+
+def test_catalogue_has_the_required_variants() -> None:
+    have = {(s.dtype.value, s.head_dim, s.mask.value) for s in CATALOGUE}
+    for dtype in ("fp16", "bf16"):
+        for head_dim in (64, 128, 256):
+            for mask in ("none", "causal"):
+                assert (dtype, head_dim, mask) in have
+    assert {96, 192} <= {s.head_dim for s in CATALOGUE}
+    assert any(s.mask.value == "sliding_window" for s in CATALOGUE)
+    assert len(CATALOGUE) >= 12
+
+
+@pytest.mark.parametrize("arch", CI_ARCHS, ids=lambda a: a.value)
+def test_catalogue_compiles_with_zero_spills(catalogue_cubins: dict, arch: Arch) -> None:
+    for spec in CATALOGUE:
+        cubin = catalogue_cubins[(spec.name, arch)]
+        assert cubin.data[:4] == b"\x7fELF", f"{spec.name} {arch.value}: not a cubin"
+        assert cubin.target == arch_info(arch).nvrtc_target
+        (res,) = cubin.resources
+        assert res.name == cubin.source.plan.kernel_name
+        assert 0 < res.registers <= 255
+        assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), \
+            f"{spec.name} on {arch.value} spills: {res}"
+
+
+@pytest.mark.parametrize("arch", OTHER_ARCHS, ids=lambda a: a.value)
+def test_budget_bound_specs_compile_for_other_generations(arch: Arch) -> None:
+    for spec in CATALOGUE:
+        if spec.head_dim not in (128, 256) or spec.mask.value != "causal" or spec.dtype.value != "bf16":
+            continue
+        cubin = attngen.build(spec, arch)
+        assert cubin.source.plan.smem_bytes <= arch_info(arch).smem_per_block
+        (res,) = cubin.resources
+        assert (res.spill_stores, res.spill_loads) == (0, 0), f"{spec.name} on {arch.value} spills: {res}"

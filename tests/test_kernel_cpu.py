@@ -1,0 +1,67 @@
+"""The op and the AttentionKernel front end, on the CPU: schema, fake tensors, argument checks."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attngen import op  # noqa: E402
+from attngen.artifacts import Cubin  # noqa: E402
+from attngen.kernel import AttentionKernel  # noqa: E402
+from attngen.planner import plan  # noqa: E402
+from attngen.render import render  # noqa: E402
+from attngen.spec import Arch, AttentionSpec  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def kernel() -> AttentionKernel:
+    spec = AttentionSpec(head_dim=64, dtype="bf16", mask="causal")
+    source = render(plan(spec, "sm90"))
+    fake = Cubin(source=source, data=b"", target="sm_90a", nvrtc_version="0", options=(), resources=(),
+                 cache_key="0" * 64)
+    return AttentionKernel(spec, {Arch.sm90: fake})
+
+
+def test_op_schema() -> None:
+    op.ensure_registered()
+    schema = str(torch.ops.attngen.attention_fwd.default._schema)
+    assert schema == ("attngen::attention_fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, str kernel)"
+                      " -> (Tensor, Tensor)")
+
+
+def test_fake_tensor_shapes(kernel: AttentionKernel) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 33, 8, 64, dtype=torch.bfloat16)
+        k = torch.empty(2, 70, 2, 64, dtype=torch.bfloat16)
+        out, lse = op.attention_fwd(q, k, k, 0.125, kernel.key)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        assert lse.shape == (2, 8, 33) and lse.dtype == torch.float32
+
+
+def _qkv(dtype=torch.bfloat16):  # type: ignore[no-untyped-def]
+    q = torch.randn(1, 16, 4, 64, dtype=dtype)
+    k = torch.randn(1, 16, 2, 64, dtype=dtype)
+    return q, k, k.clone()
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda q, k, v: ("not a tensor", k, v), "q must be a torch.Tensor"),
+    (lambda q, k, v: (q, k, v), "must be a CUDA tensor"),
+])
+def test_bad_arguments_name_the_argument(kernel: AttentionKernel, mutate, needle: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=needle):
+        kernel(*mutate(*_qkv()))
+
+
+def test_kernel_describes_itself(kernel: AttentionKernel) -> None:
+    assert kernel.arches == (Arch.sm90,)
+    assert "causal_bf16_hd64" in repr(kernel) and "sm90" in repr(kernel)
+
+
+def test_unknown_kernel_key_is_a_clear_error() -> None:
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="not loaded"):
+        op._fwd_impl(q, k, v, 0.1, "no-such-kernel")
