@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 
 # `build` and `render` are both submodules and functions: bind the functions now, or the first
 # import of the submodule would shadow them. Both modules import nothing heavy at top level.
-from .build import build  # noqa: E402
-from .render import render  # noqa: E402
+from .build import build as build  # noqa: E402
+from .render import render as render  # noqa: E402
 
 _LAZY = {
     "AttentionSpec": "attngen.spec",

@@ -5,7 +5,8 @@ launcher under a key; the op's string argument names it, so torch.compile traces
 """
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from . import env
 

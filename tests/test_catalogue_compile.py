@@ -23,7 +23,7 @@ def catalogue_cubins() -> dict:
     # NVRTC releases the GIL while compiling: threads use both cores.
     with ThreadPoolExecutor(max_workers=2) as pool:
         cubins = list(pool.map(lambda job: attngen.build(*job), todo))
-    return {(spec.name, arch): cubin for (spec, arch), cubin in zip(todo, cubins)}
+    return {(spec.name, arch): cubin for (spec, arch), cubin in zip(todo, cubins, strict=True)}
 
 
 def test_catalogue_has_the_required_variants() -> None:

@@ -25,7 +25,7 @@ def test_source_is_stamped_and_complete(hd96_plan) -> None:  # type: ignore[no-u
     assert hd96_plan.spec.spec_hash() in head[1]
     assert src.spec_hash == hd96_plan.spec.spec_hash()
     assert src.entry_names == (hd96_plan.kernel_name,)
-    assert f'extern "C" __global__' in src.code and hd96_plan.kernel_name in src.code
+    assert 'extern "C" __global__' in src.code and hd96_plan.kernel_name in src.code
     assert not re.search(r"<%|%>|\{\{|\}\}", src.code), "unrendered template syntax left in the source"
     assert "#include" not in src.code  # self-contained: no CUDA headers needed
 
