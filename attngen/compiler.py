@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import re
 import shlex
 import sys
@@ -185,6 +186,22 @@ def _program_log(prog: Any) -> str:
     return buf.rstrip(b"\x00").decode(errors="replace")
 
 
+_retry_names = itertools.count(1)
+
+
+def _with_report(out: NvrtcOutput, code: str, filename: str, options: Sequence[str]) -> NvrtcOutput:
+    """NVRTC 13.0 omits the ptxas report when a program name repeats within a process.
+
+    Recompile once under a fresh name for the report; keep the first cubin, whose line info
+    names the real file (the name changes nothing else in the code).
+    """
+    if not out.ok or "Compiling entry function" in out.log or "-Xptxas=-v" not in options:
+        return out
+    stem, suffix = Path(filename).stem, Path(filename).suffix or ".cu"
+    again = run_nvrtc(code, f"{stem}.report{next(_retry_names)}{suffix}", options)
+    return NvrtcOutput(True, out.cubin, (out.log + "\n" + again.log).strip()) if again.ok else out
+
+
 # ---- failures -------------------------------------------------------------------------------
 def save_failed_source(code: str, filename: str) -> Path:
     """Keep a source NVRTC rejected: `<cache>/failed/<name>-<hash>.cu`, else a temp dir."""
@@ -211,7 +228,7 @@ def compile_code(code: str, filename: str, target: str, extra_options: Sequence[
                  saved_path: Path | None = None) -> tuple[NvrtcOutput, tuple[str, ...]]:
     """NVRTC over raw text; on failure, CompileError with the saved source and a repro command."""
     options = compile_options(target) + tuple(extra_options)
-    out = run_nvrtc(code, filename, options)
+    out = _with_report(run_nvrtc(code, filename, options), code, filename, options)
     if not out.ok:
         path = saved_path or save_failed_source(code, filename)
         raise CompileError(f"NVRTC {nvrtc_version()} could not compile {filename} for {target}",

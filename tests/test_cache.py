@@ -33,6 +33,12 @@ def make_source(code: str = TINY, *, head_dim: int = 64, arch: str = "sm80") -> 
     return KernelSource(plan=p, code=code, entry_names=("tiny_scale",), spec_hash=p.spec.spec_hash())
 
 
+def child_environment() -> dict[str, str]:
+    """This environment, with the repository first on PYTHONPATH (for `python -m attngen...`)."""
+    paths = [str(REPO), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+
+
 @pytest.fixture(autouse=True)
 def cache_root(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "cache"
@@ -203,7 +209,7 @@ def test_two_processes_build_one_key(source, tmp_path, cache_root):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     go = tmp_path / "go"
-    child_env = dict(os.environ, PYTHONPATH=str(REPO))
+    child_env = child_environment()
     procs = [subprocess.Popen([sys.executable, str(script), str(go)], cwd=REPO, env=child_env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     for p in procs:

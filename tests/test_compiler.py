@@ -110,6 +110,12 @@ LOG_LEGACY = (
 )
 
 
+def child_environment() -> dict[str, str]:
+    """This environment, with the repository first on PYTHONPATH (for `python -m attngen...`)."""
+    paths = [str(REPO), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+
+
 @pytest.fixture(scope="module")
 def plans():
     spec = AttentionSpec(head_dim=64, dtype="bf16")
@@ -237,7 +243,7 @@ def test_syntax_error_raises_compile_error(plans, tmp_path):
 def test_repro_command_reproduces_the_error(plans):
     with pytest.raises(CompileError) as info:
         compiler.compile_source(make_source(plans, SYNTAX_ERROR, ("broken",)))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = child_environment()
     run = subprocess.run(shlex.split(info.value.repro), cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode != 0
@@ -257,3 +263,25 @@ def test_command_line_prints_the_report(tmp_path, capsys):
 def test_command_line_missing_file(tmp_path, capsys):
     assert compiler.main([str(tmp_path / "absent.cu"), "--arch", "sm_80"]) == 1
     assert "error" in capsys.readouterr().err
+
+
+def test_report_survives_recompiling_one_name(plans):
+    source = make_source(plans, STATIC_SMEM, ("reverse_tile",))
+    first, second = compiler.compile_source(source), compiler.compile_source(source)
+    assert first.resources == second.resources and second.resource("reverse_tile").smem_bytes == 4096
+    assert first.data == second.data
+
+
+def test_missing_report_is_recompiled_under_a_fresh_name(monkeypatch):
+    calls: list[str] = []
+
+    def fake(code, filename, options):
+        calls.append(filename)
+        log = "" if len(calls) == 1 else LOG_SM90A
+        return compiler.NvrtcOutput(True, b"cubin-%d" % len(calls), log)
+
+    monkeypatch.setattr(compiler, "run_nvrtc", fake)
+    out, _ = compiler.compile_code("code", "k.cu", "sm_90a")
+    assert calls[0] == "k.cu" and calls[1] != "k.cu" and calls[1].endswith(".cu")
+    assert out.cubin == b"cubin-1"
+    assert compiler.parse_ptxas_report(out.log)[0].name == "smem"
