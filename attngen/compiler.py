@@ -246,8 +246,8 @@ def compile_source(source: KernelSource, *, target: str | None = None,
     seconds = time.perf_counter() - start
     resources = parse_ptxas_report(out.log)
     extra: dict[str, object] = {"compile_seconds": round(seconds, 4)}
-    # Some NVRTC releases (13.0) return no ptxas report at all; entry points are then unchecked here
-    # and the driver names a missing one when it loads the cubin.
+    # Without any report (compile_code already retried for one) entry points stay unchecked here;
+    # the driver names a missing one when it loads the cubin.
     lowered = _match_entries(source, resources, target, extra_options) if resources else {}
     if lowered:
         extra["lowered_names"] = lowered
