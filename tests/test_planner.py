@@ -1,0 +1,154 @@
+"""Planner tables: every catalogue spec fits every arch's budget, the budget changes the plan where it
+binds, rejections carry their arithmetic, and tile overrides are honoured or refused with the budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attngen.archs import arch_info
+from attngen.errors import PlanError
+from attngen.ir import Tiling
+from attngen.loader import load_spec, load_spec_text
+from attngen.planner import plan, register_estimate, smem_layout
+from attngen.spec import Arch, AttentionSpec, Tiles
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+CATALOGUE = sorted(SPECS.glob("*.yaml"))
+ARCHS = [Arch.sm80, Arch.sm86, Arch.sm89, Arch.sm90, Arch.sm100, Arch.sm120]
+SMALL_SMEM = 101376   # sm86, sm89, sm120: 99 KB per block
+LARGE_SMEM = 232448   # sm90, sm100: 227 KB per block
+
+
+def hd256(**extra: object) -> AttentionSpec:
+    return AttentionSpec.model_validate({"head_dim": 256, "dtype": "bf16", **extra})
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=[a.value for a in ARCHS])
+@pytest.mark.parametrize("path", CATALOGUE, ids=[p.stem for p in CATALOGUE])
+def test_catalogue_plans_within_budget(path: Path, arch: Arch) -> None:
+    spec = load_spec(path)
+    info = arch_info(arch)
+    p = plan(spec, arch)
+    assert p.smem_bytes <= info.smem_per_block
+    assert p.smem_bytes == smem_layout(spec, p.tiling).total_bytes
+    assert p.regs_estimate == register_estimate(spec, p.tiling) <= info.max_regs_per_thread
+    assert p.block_m == 16 * p.tiling.warp_m_tiles * p.num_warps
+    assert p.threads == 32 * p.num_warps
+    assert p.cost.blocks_per_sm >= 1
+    assert arch.value in p.kernel_name and f"hd{spec.head_dim}" in p.kernel_name
+
+
+def test_arch_budgets_match_the_vendor_figures() -> None:
+    assert arch_info(Arch.sm80).smem_per_block == 166912
+    for arch in (Arch.sm86, Arch.sm89, Arch.sm120):
+        assert arch_info(arch).smem_per_block == SMALL_SMEM
+    for arch in (Arch.sm90, Arch.sm100):
+        assert arch_info(arch).smem_per_block == LARGE_SMEM
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_hd256_plans_differ_where_the_budget_binds(dtype: str) -> None:
+    spec = AttentionSpec(head_dim=256, dtype=dtype)
+    small, large = plan(spec, Arch.sm86), plan(spec, Arch.sm90)
+    assert small.smem_bytes <= SMALL_SMEM and large.smem_bytes <= LARGE_SMEM
+    assert small.smem_bytes != large.smem_bytes
+    assert small.tiling != large.tiling
+    # The sm90 choice is out of sm86's reach: the budget, not taste, made them differ.
+    assert smem_layout(spec, large.tiling).total_bytes > SMALL_SMEM
+
+
+def test_rejections_carry_their_arithmetic() -> None:
+    p = plan(hd256(), Arch.sm86)
+    over = [c for c in p.candidates if c.smem_bytes > SMALL_SMEM]
+    assert over, "hd256 on sm86 must reject some tilings for shared memory"
+    for cand in over:
+        assert not cand.fits
+        assert f"needs {cand.smem_bytes} B of shared memory" in cand.reason
+        assert f"sm86 allows {SMALL_SMEM} B per block" in cand.reason
+        layout = smem_layout(p.spec, cand.tiling)
+        assert f"({layout.q_bytes} Q + {cand.tiling.stages} x {layout.stage_bytes} K/V)" in cand.reason
+    spilled = [c for c in p.candidates if c.smem_bytes <= SMALL_SMEM and c.regs_estimate > 255]
+    assert spilled and all("registers per thread" in c.reason and "spill" in c.reason for c in spilled)
+
+
+def test_every_fitting_candidate_is_within_budget_and_the_cheapest_is_chosen() -> None:
+    for path in CATALOGUE:
+        spec = load_spec(path)
+        for arch in ARCHS:
+            p = plan(spec, arch)
+            fitting = [c for c in p.candidates if c.fits]
+            assert all(c.smem_bytes <= arch_info(arch).smem_per_block and c.regs_estimate <= 255
+                       for c in fitting)
+            best = min(c.cost.predicted_us for c in fitting if c.cost is not None)
+            assert p.cost.predicted_us == best
+            assert str(p.cost.predicted_us) in p.reason
+
+
+def test_tile_override_that_cannot_fit_names_the_budget_and_a_remedy() -> None:
+    spec = hd256(tiles={"block_m": 128, "block_n": 128})
+    with pytest.raises(PlanError) as caught:
+        plan(spec, Arch.sm86)
+    message = str(caught.value)
+    assert f"{SMALL_SMEM} B shared memory per block" in message
+    assert "sm86" in message and "Remedy" in message and "'tiles'" in message
+
+
+def _tiles_of(tiling: Tiling) -> dict[str, int]:
+    return {"block_m": tiling.block_m, "block_n": tiling.block_n, "num_warps": tiling.num_warps}
+
+
+@pytest.mark.parametrize(("head_dim", "arch"), [(64, Arch.sm80), (128, Arch.sm86), (128, Arch.sm90),
+                                                (256, Arch.sm90), (192, Arch.sm100)])
+def test_tile_override_that_fits_is_honoured(head_dim: int, arch: Arch) -> None:
+    free = plan(AttentionSpec(head_dim=head_dim, dtype="fp16"), arch)
+    others = [c.tiling for c in free.candidates if c.fits and _tiles_of(c.tiling) != _tiles_of(free.tiling)]
+    assert others, "a fitting tiling other than the free choice must exist to override with"
+    tiles = _tiles_of(others[0])
+    lines = "".join(f"  {key}: {value}\n" for key, value in tiles.items())
+    forced = plan(load_spec_text(f"head_dim: {head_dim}\ndtype: fp16\ntiles:\n{lines}"), arch)
+    assert _tiles_of(forced.tiling) == tiles
+    assert forced.smem_bytes <= arch_info(arch).smem_per_block
+    assert all(not c.fits for c in forced.candidates if _tiles_of(c.tiling) != tiles)
+    assert any(c.reason == "excluded by the spec: tiles.block_m is " + str(tiles["block_m"])
+               for c in forced.candidates)
+
+
+def test_single_field_override_leaves_the_rest_to_the_cost_model() -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16")
+    free = plan(spec, Arch.sm90)
+    other_n = next(c.tiling.block_n for c in free.candidates if c.fits and c.tiling.block_n != free.block_n)
+    forced = plan(spec.model_copy(update={"tiles": Tiles(block_n=other_n)}), Arch.sm90)
+    assert forced.block_n == other_n
+    same_n = [c for c in forced.candidates if c.tiling.block_n == other_n and c.fits]
+    assert forced.cost.predicted_us == min(c.cost.predicted_us for c in same_n if c.cost is not None)
+
+
+def test_stage_count_is_honoured_or_refused_with_the_budget() -> None:
+    three = plan(AttentionSpec(head_dim=64, dtype="bf16", pipeline={"kind": "multistage", "stages": 3}),
+                 Arch.sm90)
+    assert three.stages == 3
+    with pytest.raises(PlanError, match=f"{SMALL_SMEM} B shared memory per block"):
+        plan(hd256(pipeline={"kind": "multistage", "stages": 5}), Arch.sm86)
+
+
+def test_plan_summary_has_the_promised_keys() -> None:
+    p = plan(load_spec(SPECS / "causal_bf16_hd128.yaml"), Arch.sm90)
+    summary = p.summary()
+    for key in ("block_m", "block_n", "num_warps", "stages", "smem_bytes", "pipeline"):
+        assert key in summary
+    assert [summary[k] for k in ("block_m", "block_n", "num_warps")] == [p.block_m, p.block_n, p.num_warps]
+    assert (summary["stages"], summary["smem_bytes"]) == (p.stages, p.smem_bytes)
+    assert summary["pipeline"] == "multistage" and summary["arch"] == "sm90"
+
+
+def test_planning_is_deterministic_and_accepts_arch_names() -> None:
+    spec = load_spec(SPECS / "sliding_window_bf16_hd128.yaml")
+    assert plan(spec, "sm89") == plan(spec, Arch.sm89)
+    assert "window_256_0" in plan(spec, Arch.sm89).kernel_name
+
+
+def test_override_outside_the_search_space_is_a_plan_error() -> None:
+    with pytest.raises(PlanError, match="Remedy"):
+        plan(AttentionSpec(head_dim=64, dtype="fp16", tiles={"num_warps": 2}), Arch.sm90)
