@@ -165,8 +165,7 @@ def plan(spec: AttentionSpec, arch: Arch | str) -> KernelPlan:
     """The KernelPlan of `spec` on `arch`; PlanError when no tiling fits the budget."""
     arch = Arch(arch)
     info = arch_info(arch)
-    pipeline = PipelineKind.multistage  # the only strategy so far; `auto` resolves to it everywhere
-    candidates = []
+    candidates: list[Candidate] = []
     for tiling in enumerate_tilings(spec):
         mismatch = _override_mismatch(spec, tiling)
         cand = evaluate(spec, info, tiling)
@@ -182,13 +181,31 @@ def plan(spec: AttentionSpec, arch: Arch | str) -> KernelPlan:
     reason = (f"lowest predicted time {best.cost.predicted_us} us at seqlen {REF_SEQLEN} "
               f"({best.cost.blocks_per_sm} blocks/SM, HBM {best.cost.t_hbm_us} us, "
               f"MMA {best.cost.t_mma_us} us, smem {best.cost.t_smem_us} us){runner}")
+    return _assemble(spec, arch, best, reason, tuple(candidates))
+
+
+def plan_with(spec: AttentionSpec, arch: Arch | str, tiling: Tiling) -> KernelPlan:
+    """The plan for one given tiling (sweeps and tests); PlanError when it does not fit."""
+    arch = Arch(arch)
+    cand = evaluate(spec, arch_info(arch), tiling)
+    if not cand.fits:
+        raise PlanError(f"tiling {tiling.model_dump()} does not fit {arch.value}: {cand.reason}")
+    return _assemble(spec, arch, cand, "tiling given explicitly", (cand,))
+
+
+def _assemble(spec: AttentionSpec, arch: Arch, best: Candidate, reason: str,
+              candidates: tuple[Candidate, ...]) -> KernelPlan:
+    info = arch_info(arch)
+    assert best.cost is not None
     t = best.tiling
+    pipeline = PipelineKind.multistage  # the only strategy so far; `auto` resolves to it everywhere
+    # __launch_bounds__ min blocks: as many as the budget lets reside, while keeping the 255 cap.
     min_blocks = max(1, min(best.cost.blocks_per_sm, info.regs_per_sm // (t.num_warps * 32 * 255) or 1))
     return KernelPlan(spec=spec, arch=arch, pipeline=pipeline, kernel_name=kernel_name(spec, arch, pipeline),
                       tiling=t, threads=t.num_warps * 32, smem_bytes=best.smem_bytes,
                       smem=smem_layout(spec, t), regs_estimate=best.regs_estimate,
                       min_blocks_per_sm=min_blocks, cost=best.cost, reason=reason,
-                      candidates=tuple(candidates))
+                      candidates=candidates)
 
 
 def _no_fit_message(spec: AttentionSpec, arch: Arch, candidates: list[Candidate]) -> str:
