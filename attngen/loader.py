@@ -19,18 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import SpecError
-from .spec import (
-    HEAD_DIMS,
-    MAX_STAGES,
-    MIN_STAGES,
-    Arch,
-    AttentionSpec,
-    DType,
-    MaskKind,
-    Pipeline,
-    PipelineKind,
-    Tiles,
-)
+from .spec import HEAD_DIMS, MAX_STAGES, MIN_STAGES, Arch, AttentionSpec, DType, MaskKind, Pipeline, PipelineKind, Tiles
 
 #: Specs are a handful of lines; anything larger is not a spec.
 MAX_SPEC_BYTES = 64 * 1024
@@ -354,6 +343,10 @@ def _locate(loc: tuple[Any, ...], lines: Mapping[str, int] | None,
     return (full if keep_missing else path), line
 
 
+_EXPECTED = {"string_type": "a string", "str_type": "a string", "tuple_type": "a list", "list_type": "a list",
+             "model_type": "a mapping", "model_attributes_type": "a mapping", "dict_type": "a mapping"}
+
+
 def _message(err: Any, kind: str, loc: tuple[Any, ...], path: str) -> str:
     value = err.get("input")
     ctx = err.get("ctx") or {}
@@ -373,12 +366,8 @@ def _message(err: Any, kind: str, loc: tuple[Any, ...], path: str) -> str:
     if kind in ("int_type", "int_parsing", "int_from_float"):
         quoted = "; write it without quotes" if isinstance(value, str) and value.strip().isdigit() else ""
         return f"expected an integer, got {_describe(value)}{quoted}"
-    if kind in ("string_type", "str_type"):
-        return f"expected a string, got {_describe(value)}"
-    if kind in ("tuple_type", "list_type"):
-        return f"expected a list, got {_describe(value)}"
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"expected a mapping, got {_describe(value)}"
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {_describe(value)}"
     if kind in ("too_long", "too_short"):
         wanted = ctx.get("max_length", ctx.get("min_length"))
         return f"expected {wanted} items, got {ctx.get('actual_length')}"
@@ -395,7 +384,8 @@ def _unknown_key(key: str, parent: str) -> str:
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if close:
         return f"unknown key '{_short(key)}'; did you mean '{close[0]}'?"
-    return f"unknown key '{_short(key)}'; valid keys: {', '.join(valid)}" if valid else f"unknown key '{key}'"
+    listing = f"; valid keys: {', '.join(valid)}" if valid else ""
+    return f"unknown key '{_short(key)}'{listing}"
 
 
 def _did_you_mean(value: Any, choices: list[str]) -> str:
@@ -407,8 +397,7 @@ def _did_you_mean(value: Any, choices: list[str]) -> str:
 
 def _field_word(path: str) -> str:
     generic = _generic(path)
-    return {"arch": "arch", "pipeline": "pipeline", "pipeline.kind": "pipeline kind"}.get(
-        generic, generic.rsplit(".", 1)[-1] or "value")
+    return "pipeline kind" if generic == "pipeline.kind" else generic.rsplit(".", 1)[-1] or "value"
 
 
 def _describe(value: Any) -> str:
