@@ -84,21 +84,24 @@ def test_text_source_name_defaults_and_non_text_is_refused() -> None:
 
 # ---- document shape and malformed YAML -------------------------------------------------------------
 
-@pytest.mark.parametrize(("text", "line", "needles"), [
-    ("", 1, ("the spec is empty", "head_dim", "fp16, bf16")),
-    ("# just a comment\n\n", 1, ("the spec is empty",)),
-    ("- head_dim: 128\n- dtype: bf16\n", 1, ("top level must be a mapping", "got a list")),
-    ("\n\nbf16\n", 3, ("top level must be a mapping", "the scalar 'bf16'")),
-    ("~\n", 1, ("top level must be a mapping", "the scalar '~'")),
-    ("head_dim: [128\ndtype: bf16\n", 2, ("malformed YAML", "flow sequence")),
-    ("head_dim: 128\n  dtype: bf16\n", 2, ("malformed YAML", "mapping values are not allowed")),
-    ("head_dim: 128\n\tdtype: bf16\n", 2, ("malformed YAML", "'\\t'")),
-    ("head_dim: 128\nmask: 'causal\n", 3, ("malformed YAML", "quoted scalar")),
-    (BASE + "---\nhead_dim: 64\n", 3, ("malformed YAML", "single document")),
-    (BASE + "mask: causal\x00\n", 3, ("malformed YAML", "#x0000")),
-    (BASE + "tiles: " + "{a: " * 40, 3, ("nesting deeper than",)),
-    ("[" * 20000, 1, ("nesting deeper than",)),
-])
+DOCUMENT_ERRORS: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "empty": ("", 1, ("the spec is empty", "head_dim", "fp16, bf16")),
+    "comment-only": ("# just a comment\n\n", 1, ("the spec is empty",)),
+    "top-level-list": ("- head_dim: 128\n- dtype: bf16\n", 1, ("top level must be a mapping", "got a list")),
+    "top-level-scalar": ("\n\nbf16\n", 3, ("top level must be a mapping", "the scalar 'bf16'")),
+    "null-document": ("~\n", 1, ("top level must be a mapping", "the scalar '~'")),
+    "unclosed-flow": ("head_dim: [128\ndtype: bf16\n", 2, ("malformed YAML", "flow sequence")),
+    "bad-indent": ("head_dim: 128\n  dtype: bf16\n", 2, ("malformed YAML", "mapping values are not allowed")),
+    "tab": ("head_dim: 128\n\tdtype: bf16\n", 2, ("malformed YAML", "'\\t'")),
+    "unclosed-quote": ("head_dim: 128\nmask: 'causal\n", 3, ("malformed YAML", "quoted scalar")),
+    "two-documents": (BASE + "---\nhead_dim: 64\n", 3, ("malformed YAML", "single document")),
+    "nul-char": (BASE + "mask: causal\x00\n", 3, ("malformed YAML", "#x0000")),
+    "deep-flow-mapping": (BASE + "tiles: " + "{a: " * 40, 3, ("nesting deeper than",)),
+    "deep-flow-list": ("[" * 20000, 1, ("nesting deeper than",)),
+}
+
+
+@pytest.mark.parametrize(("text", "line", "needles"), list(DOCUMENT_ERRORS.values()), ids=list(DOCUMENT_ERRORS))
 def test_document_errors(spec_error: Callable[..., SpecError], text: str, line: int,
                          needles: tuple[str, ...]) -> None:
     spec_error(text, line, None, *needles)
