@@ -105,7 +105,7 @@ def _load(path: Path) -> AttentionSpec:
 
 @app.command()
 def build(
-    specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help="Spec files (YAML).")],
+    specs: Annotated[list[Path], typer.Argument(metavar="SPEC", help="Spec files (YAML).")],
     arch: ArchOption = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("build"),
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1,
@@ -171,7 +171,7 @@ def _print_summary(results: list[BuildResult], out: Path) -> None:
 
 
 @app.command()
-def check(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help="Spec files (YAML).")]) -> None:
+def check(specs: Annotated[list[Path], typer.Argument(metavar="SPEC", help="Spec files (YAML).")]) -> None:
     """Validate spec files: 'OK' per valid file, else the error (exit 1 if any is invalid)."""
     from .errors import AttngenError
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import pytest
 
-import attngen.build as B
 from attngen.artifacts import Cubin, KernelResources, KernelSource
 from attngen.errors import PlanError, SpecError
 from attngen.planner import plan
@@ -16,6 +16,8 @@ from attngen.spec import Arch, AttentionSpec
 MANIFEST_KEYS = {"spec", "arch", "plan", "kernels", "nvrtc_version", "cache_key", "attngen_version",
                  "kernel_name"}
 KERNEL_KEYS = {"name", "registers", "spill_stores", "spill_loads", "smem_bytes"}
+#: The module, not the function `attngen.build` that the package binds under the same name.
+B = importlib.import_module("attngen.build")
 
 
 def _spec(**kw: object) -> AttentionSpec:
