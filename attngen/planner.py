@@ -139,7 +139,9 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
                       f"{info.arch.value} allows {info.smem_per_block} B per block")
     if regs > info.max_regs_per_thread:
         return reject(f"needs ~{regs} registers per thread (O {tiling.warp_m_tiles * spec.head_dim // 2}"
-                      f" + 2 x S {tiling.warp_m_tiles * tiling.block_n // 2} + Q + {REG_OVERHEAD}); at most "
+                      f" + 2 x S {tiling.warp_m_tiles * tiling.block_n // 2}"
+                      f" + Q {tiling.warp_m_tiles * spec.head_dim // 4 if tiling.q_in_regs else 0}"
+                      f" + {REG_OVERHEAD}); at most "
                       f"{info.max_regs_per_thread}: it would spill")
     cost = estimate_cost(spec, info, tiling, smem, regs)
     if cost.blocks_per_sm == 0:
@@ -209,12 +211,21 @@ def _assemble(spec: AttentionSpec, arch: Arch, best: Candidate, reason: str,
 
 
 def _no_fit_message(spec: AttentionSpec, arch: Arch, candidates: list[Candidate]) -> str:
-    smallest = min(candidates, key=lambda c: c.smem_bytes)
+    # With tile overrides, only the candidates the spec asked for explain the failure.
+    matching = [c for c in candidates if _override_mismatch(spec, c.tiling) is None]
+    relevant = matching or candidates
+    smallest = min(relevant, key=lambda c: c.smem_bytes)
     lines = [f"no tiling of spec '{spec.name}' fits the {arch.value} budget "
              f"({arch_info(arch).smem_per_block} B shared memory per block, 255 registers per thread)."]
-    lines += [f"  rejected: {c.reason}" for c in candidates[:6]]
-    if len(candidates) > 6:
-        lines.append(f"  ... and {len(candidates) - 6} more")
+    if not matching:
+        block_ms = sorted({16 * m * w for m in WARP_M_TILES for w in WARPS if 16 * m * w <= MAX_BLOCK_M})
+        tiles = spec.tiles.model_dump(exclude_none=True) if spec.tiles else {}
+        lines.append(f"  the spec's tiles {tiles} are outside the search space: block_m in {block_ms}, "
+                     f"block_n in {list(BLOCK_NS)}, num_warps in {list(WARPS)}")
+    reasons = list(dict.fromkeys(c.reason for c in relevant))
+    lines += [f"  rejected: {r}" for r in reasons[:6]]
+    if len(reasons) > 6:
+        lines.append(f"  ... and {len(reasons) - 6} more")
     lines.append(f"smallest candidate needs {smallest.smem_bytes} B. Remedy: drop or relax the spec's "
                  f"'tiles' overrides, use fewer pipeline stages, or target an arch with more shared memory.")
     return "\n".join(lines)

@@ -120,7 +120,7 @@ class Tiles(_Frozen):
 class AttentionSpec(_Frozen):
     """A declarative attention kernel: the single input of the whole pipeline."""
 
-    name: str = Field(default="", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$|^$")
+    name: str = Field(default="", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
     head_dim: StrictInt
     dtype: DType
     mask: MaskKind = MaskKind.none
@@ -161,9 +161,10 @@ class AttentionSpec(_Frozen):
     @model_validator(mode="before")
     @classmethod
     def _default_name(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data.get("name"):
-            data = dict(data)
-            data["name"] = _derived_name(data)
+        if isinstance(data, dict) and data.get("name") in (None, ""):
+            derived = _derived_name(data)
+            if derived is not None:
+                data = {**data, "name": derived}
         return data
 
     @model_validator(mode="after")
@@ -202,8 +203,17 @@ class AttentionSpec(_Frozen):
         return self.model_copy(update={"arch": (arch,)})
 
 
-def _derived_name(data: dict[str, Any]) -> str:
-    mask = data.get("mask", "none")
-    mask = getattr(mask, "value", mask)
+def _derived_name(data: dict[str, Any]) -> str | None:
+    """`<mask>_<dtype>_hd<head_dim>` from valid raw values; None when they are not (their own errors show)."""
+    mask = getattr(data.get("mask", "none"), "value", data.get("mask", "none"))
     dtype = getattr(data.get("dtype"), "value", data.get("dtype"))
-    return f"{mask}_{dtype}_hd{data.get('head_dim')}"
+    head_dim = data.get("head_dim")
+    if mask not in MaskKind._value2member_map_ or dtype not in DType._value2member_map_:
+        return None
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool):
+        return None
+    window = data.get("window")
+    if mask == MaskKind.sliding_window.value and isinstance(window, (list, tuple)) and len(window) == 2:
+        left, right = ("inf" if w == -1 else str(w) for w in window)
+        return f"window_{left}_{right}_{dtype}_hd{head_dim}"
+    return f"{mask}_{dtype}_hd{head_dim}"
