@@ -13,6 +13,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device: the GPU tests run on a machine with one", allow_module_level=True)
 
 import attngen  # noqa: E402
+import attngen.kernel  # noqa: E402
 from attngen.catalogue import load_catalogue  # noqa: E402
 from attngen.spec import AttentionSpec, DType  # noqa: E402
 
@@ -136,3 +137,39 @@ def test_python_level_mistakes_raise_value_error(kernels: dict) -> None:
     with pytest.raises(ValueError, match="softmax_scale"):
         kernel(q, k, v, softmax_scale=-1.0)
     torch.cuda.synchronize()
+
+
+def test_misaligned_inputs_are_handled(kernels: dict) -> None:
+    """A view starting off a 16-byte boundary is copied, never faulted on."""
+    spec = AttentionSpec(head_dim=64, dtype="bf16")
+    kernel = _kernel(kernels, spec)
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    flat = torch.randn(1 + 2 * 100 * 4 * 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q = flat[1:].view(2, 100, 4, 64)  # data_ptr is 2 bytes past an aligned address
+    assert q.data_ptr() % 16 != 0
+    k = torch.randn(2, 90, 4, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    _check(spec, kernel, q, k, k.clone())
+
+
+def test_kernel_for_another_arch_is_refused() -> None:
+    spec = AttentionSpec(name="other_arch", head_dim=64, dtype="bf16")
+    here = attngen.kernel.current_arch()
+    other = "sm80" if here.value != "sm80" else "sm90"
+    kernel = attngen.compile(spec, arch=other)
+    q = torch.randn(1, 8, 2, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=f"built for {other}.*{here.value}"):
+        kernel(q, q, q)
+
+
+def test_empty_sequences(kernels: dict) -> None:
+    spec = AttentionSpec(head_dim=64, dtype="bf16", mask="causal")
+    kernel = _kernel(kernels, spec)
+    q = torch.randn(1, 0, 2, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 5, 2, 64, device="cuda", dtype=torch.bfloat16)
+    out, lse = kernel(q, k, k, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (1, 2, 0)
+    q = torch.randn(1, 7, 2, 64, device="cuda", dtype=torch.bfloat16)
+    k0 = torch.randn(1, 0, 2, 64, device="cuda", dtype=torch.bfloat16)
+    out, lse = kernel(q, k0, k0, return_lse=True)
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
