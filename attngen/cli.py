@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from .build import BuildResult
-    from .ir import KernelPlan
+    from .ir import Candidate, KernelPlan
     from .spec import Arch, AttentionSpec
 
 app = typer.Typer(
@@ -93,10 +93,9 @@ def parse_archs(text: str | None) -> list[Arch] | None:
 
 
 def _load(path: Path) -> AttentionSpec:
+    """The spec in `path`; a SpecError (naming the file) when it is missing or invalid."""
     from .loader import load_spec
 
-    if not path.is_file():
-        _fail(f"{path}: no such spec file", EXIT_USAGE)
     return load_spec(path)
 
 
@@ -122,9 +121,11 @@ def build(
     _print_summary(results, out)
     failed = [r for r in results if not r.ok]
     if failed:
+        from rich.markup import escape
+
         err = _console(stderr=True)
         for r in failed:
-            err.print(f"[bold red]error:[/] {r.spec_name} {r.arch}: {r.error}", markup=True, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(f'{r.spec_name} {r.arch}: {r.error}')}", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -178,23 +179,14 @@ def check(specs: Annotated[list[Path], typer.Argument(metavar="SPEC", help="Spec
     bad = 0
     for path in specs:
         try:
-            spec = _load_checked(path)
-        except (AttngenError, OSError) as exc:
+            spec = _load(path)
+        except AttngenError as exc:  # a SpecError names the file (and line) itself
             bad += 1
-            typer.echo(f"{path}: error: {exc}" if not str(exc).startswith(str(path)) else f"error: {exc}",
-                       err=True)
+            typer.echo(f"error: {exc}", err=True)
             continue
         typer.echo(f"{path}: OK ({spec.name})")
     if bad:
         raise typer.Exit(EXIT_FAILED)
-
-
-def _load_checked(path: Path) -> AttentionSpec:
-    from .loader import load_spec
-
-    if not path.is_file():
-        raise FileNotFoundError(2, "no such spec file", str(path))
-    return load_spec(path)
 
 
 @app.command()
@@ -230,6 +222,7 @@ def _spec_arch(spec: AttentionSpec) -> Arch:
 
 
 def _print_explain(kernel_plan: KernelPlan) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from .archs import arch_info
@@ -250,7 +243,7 @@ def _print_explain(kernel_plan: KernelPlan) -> None:
         chosen = t == kernel_plan.tiling
         table.add_row("*" if chosen else "", f"{t.block_m} x {t.block_n}", str(t.num_warps), str(t.stages),
                       "yes" if t.q_in_regs else "no", str(cand.smem_bytes), str(cand.regs_estimate),
-                      "fits" if cand.fits else f"[dim]{cand.reason}[/]",
+                      "fits" if cand.fits else f"[dim]{escape(cand.reason)}[/]",
                       f"{cand.cost.predicted_us:.2f}" if cand.cost else "-",
                       style="bold green" if chosen else None)
     console.print(table)
@@ -258,18 +251,18 @@ def _print_explain(kernel_plan: KernelPlan) -> None:
     console.print(f"chosen: [bold]{kernel_plan.kernel_name}[/] block_m {t.block_m}, block_n {t.block_n}, "
                   f"{t.num_warps} warps, {t.stages} stages, {kernel_plan.smem_bytes} B shared memory, "
                   f"~{kernel_plan.regs_estimate} registers")
-    console.print(f"reason: {kernel_plan.reason}", soft_wrap=True)
+    console.print(f"reason: {escape(kernel_plan.reason)}", soft_wrap=True)
 
 
-def _candidate_order(cand: object) -> tuple[int, float]:
-    fits = getattr(cand, "fits", False)
-    cost = getattr(cand, "cost", None)
-    return (0 if fits else 1, cost.predicted_us if cost else float("inf"))
+def _candidate_order(cand: Candidate) -> tuple[int, float]:
+    """Fitting candidates first, fastest first; then the rejected ones in search order."""
+    return (0 if cand.fits else 1, cand.cost.predicted_us if cand.cost else float("inf"))
 
 
 @app.command("list")
 def list_catalogue() -> None:
     """List the shipped catalogue of specs."""
+    from rich.markup import escape
     from rich.table import Table
 
     from .catalogue import catalogue_dir, load_catalogue_entries
@@ -281,7 +274,7 @@ def list_catalogue() -> None:
         table.add_column(name, justify="right" if name == "head_dim" else "left")
     for path, spec in entries:
         mask = spec.mask.value if spec.window is None else f"{spec.mask.value} {list(spec.window)}"
-        table.add_row(spec.name, str(spec.head_dim), spec.dtype.value, mask, _display_path(path))
+        table.add_row(spec.name, str(spec.head_dim), spec.dtype.value, escape(mask), escape(_display_path(path)))
     _console().print(table)
 
 
