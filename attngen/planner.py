@@ -21,12 +21,15 @@ BLOCK_NS = (32, 64, 128)
 AUTO_STAGES = (2, 3)
 #: block_m above 128 leaves too few query blocks to fill the GPU at 2k tokens.
 MAX_BLOCK_M = 128
-#: Registers the kernel needs beside its tiles: pointers, loop indices, swizzled addresses,
-#: softmax statistics, A/B fragments in flight. Calibrated with -Xptxas=-v on sm_90a over the
-#: whole search space at hd 64/128/256 (benchmarks/NOTES.md): with S counted twice (fp32 scores
-#: and the exponentials live together while P is packed), 64 separates the tilings that spill
-#: from those that do not, with one false rejection (hd128, 2 warp tiles, block_n 32, Q in smem).
-REG_OVERHEAD = 64
+#: Registers beside the O, S and Q tiles and the per-tile A fragments: pointers, loop counters,
+#: softmax statistics, B fragments in flight. Calibrated with -Xptxas=-v on sm_90a over the whole
+#: search space at hd 64/128/256 (benchmarks/NOTES.md): every tiling within 255 compiles without
+#: spills, and every tiling that spills is over 255 or over MAX_COPIES_PER_THREAD.
+REG_OVERHEAD = 16
+#: cp.async copies one thread issues per K (or V) tile. Past 16, ptxas keeps too many addresses
+#: live and spills (hd256, block_n 128, 4 warps: 344 B of spills at 255 registers; with 8 warps,
+#: 16 copies each, none).
+MAX_COPIES_PER_THREAD = 16
 #: The workload the cost model ranks candidates on (FlashAttention-3 paper settings, mid-size).
 REF_SEQLEN = 4096
 REF_HIDDEN = 2048
@@ -53,12 +56,18 @@ def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
 
 
 def register_estimate(spec: AttentionSpec, tiling: Tiling) -> int:
-    """32-bit registers per thread: O accumulators, S scores (twice), optional Q fragments, overhead."""
+    """32-bit registers per thread: O and S accumulators, optional Q fragments, A fragments, overhead."""
     rows = tiling.warp_m_tiles  # 16-row tiles; each thread holds 2 rows of each
     o_acc = rows * spec.head_dim // 2        # (16 x d) fp32 per tile / 32 lanes
     s_acc = rows * tiling.block_n // 2       # (16 x block_n) fp32 per tile / 32 lanes
     q_frag = rows * spec.head_dim // 4 if tiling.q_in_regs else 0  # packed 2 x 16-bit per register
-    return o_acc + 2 * s_acc + q_frag + REG_OVERHEAD
+    a_frag = 16 * rows                        # A fragments of the current and the next k-step
+    return o_acc + s_acc + q_frag + a_frag + REG_OVERHEAD
+
+
+def copies_per_thread(spec: AttentionSpec, tiling: Tiling) -> int:
+    """16-byte cp.async copies each thread issues for one K tile."""
+    return -(-(tiling.block_n * spec.head_dim // 8) // (tiling.num_warps * 32))
 
 
 def _blocks_per_sm(info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> int:
@@ -127,7 +136,7 @@ def _override_mismatch(spec: AttentionSpec, tiling: Tiling) -> str | None:
 
 def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
     layout = smem_layout(spec, tiling)
-    smem, regs = layout.total_bytes, register_estimate(spec, tiling)
+    smem, regs = layout.total_bytes, register_estimate(spec, tiling) + info.extra_registers
     dims = f"hd{spec.head_dim} {spec.dtype.value} block_m {tiling.block_m} block_n {tiling.block_n}"
 
     def reject(reason: str) -> Candidate:
@@ -139,10 +148,15 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
                       f"{info.arch.value} allows {info.smem_per_block} B per block")
     if regs > info.max_regs_per_thread:
         return reject(f"needs ~{regs} registers per thread (O {tiling.warp_m_tiles * spec.head_dim // 2}"
-                      f" + 2 x S {tiling.warp_m_tiles * tiling.block_n // 2}"
+                      f" + S {tiling.warp_m_tiles * tiling.block_n // 2}"
                       f" + Q {tiling.warp_m_tiles * spec.head_dim // 4 if tiling.q_in_regs else 0}"
-                      f" + {REG_OVERHEAD}); at most "
+                      f" + A {16 * tiling.warp_m_tiles} + {REG_OVERHEAD} + {info.extra_registers} for "
+                      f"{info.arch.value}); at most "
                       f"{info.max_regs_per_thread}: it would spill")
+    copies = copies_per_thread(spec, tiling)
+    if copies > MAX_COPIES_PER_THREAD:
+        return reject(f"{copies} cp.async copies per thread per K tile ({tiling.block_n} x {spec.head_dim} "
+                      f"over {tiling.num_warps * 32} threads); above {MAX_COPIES_PER_THREAD} ptxas spills addresses")
     cost = estimate_cost(spec, info, tiling, smem, regs)
     if cost.blocks_per_sm == 0:
         return reject("no block of this size can be resident on one SM")

@@ -118,15 +118,30 @@ template <int ROWS>
 __device__ __forceinline__ void load_tile(elem_t* tile, const elem_t* base, i64 row_stride, int row0, int limit) {
   constexpr int kChunks = ROWS * kDChunks;
   const u32 tile_addr = smem_addr(tile);
+  if constexpr (kThreads % kDChunks == 0) {
+    // Each thread keeps one chunk column and walks rows kRowStep apart: one pointer, one add per row.
+    constexpr int kRowStep = kThreads / kDChunks;
+    const int chunk = threadIdx.x % kDChunks;
+    int row = threadIdx.x / kDChunks;
+    const elem_t* src = base + (i64)(row0 + row) * row_stride + chunk * 8;
+    const i64 step = (i64)kRowStep * row_stride;
 #pragma unroll
-  for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
-    const int i = it * kThreads + threadIdx.x;
-    if (kChunks % kThreads != 0 && i >= kChunks) break;
-    const int row = i / kDChunks;
-    const int chunk = i % kDChunks;
-    const bool valid = row0 + row < limit;
-    const elem_t* src = valid ? base + (i64)(row0 + row) * row_stride + chunk * 8 : base;
-    cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * 2, src, valid ? 16 : 0);
+    for (int it = 0; it < (ROWS + kRowStep - 1) / kRowStep; ++it, row += kRowStep, src += step) {
+      if (ROWS % kRowStep != 0 && row >= ROWS) break;
+      const bool valid = row0 + row < limit;
+      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * 2, valid ? src : base, valid ? 16 : 0);
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
+      const int i = it * kThreads + threadIdx.x;
+      if (kChunks % kThreads != 0 && i >= kChunks) break;
+      const int row = i / kDChunks;
+      const int chunk = i % kDChunks;
+      const bool valid = row0 + row < limit;
+      const elem_t* src = valid ? base + (i64)(row0 + row) * row_stride + chunk * 8 : base;
+      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * 2, src, valid ? 16 : 0);
+    }
   }
 }
 
@@ -387,9 +402,6 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
                          + (i64)row0 * p.q_row_stride;
   const elem_t* k_base = static_cast<const elem_t*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
   const elem_t* v_base = static_cast<const elem_t*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
-  elem_t* o_base = static_cast<elem_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride
-                   + (i64)row0 * p.o_row_stride;
-  float* lse_row = p.lse + ((i64)batch * p.heads + head) * p.seqlen_q + row0;
   const int row_limit = p.seqlen_q - row0;
 
   Frag f;
@@ -449,6 +461,10 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done reading Q and K/V before Q's rows stage the output
+  // Output pointers only now, so they hold no registers across the loop.
+  elem_t* o_base = static_cast<elem_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride
+                   + (i64)row0 * p.o_row_stride;
+  float* lse_row = p.lse + ((i64)batch * p.heads + head) * p.seqlen_q + row0;
   write_output(f, p, q_tile, o_base, lse_row, warp_row0, row_limit);
 }
 
