@@ -55,14 +55,15 @@ def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
                       swizzle_chunks=8 if spec.head_dim % 64 == 0 else 4)
 
 
-def register_estimate(spec: AttentionSpec, tiling: Tiling) -> int:
-    """32-bit registers per thread: O and S accumulators, optional Q fragments, A fragments, overhead."""
+def register_estimate(spec: AttentionSpec, tiling: Tiling, info: ArchInfo) -> int:
+    """32-bit registers per thread: O and S accumulators, optional Q fragments, A fragments, overhead
+    and the target's reserve."""
     rows = tiling.warp_m_tiles  # 16-row tiles; each thread holds 2 rows of each
     o_acc = rows * spec.head_dim // 2        # (16 x d) fp32 per tile / 32 lanes
     s_acc = rows * tiling.block_n // 2       # (16 x block_n) fp32 per tile / 32 lanes
     q_frag = rows * spec.head_dim // 4 if tiling.q_in_regs else 0  # packed 2 x 16-bit per register
     a_frag = 16 * rows                        # A fragments of the current and the next k-step
-    return o_acc + s_acc + q_frag + a_frag + REG_OVERHEAD
+    return o_acc + s_acc + q_frag + a_frag + REG_OVERHEAD + info.extra_registers
 
 
 def copies_per_thread(spec: AttentionSpec, tiling: Tiling) -> int:
@@ -136,7 +137,7 @@ def _override_mismatch(spec: AttentionSpec, tiling: Tiling) -> str | None:
 
 def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
     layout = smem_layout(spec, tiling)
-    smem, regs = layout.total_bytes, register_estimate(spec, tiling) + info.extra_registers
+    smem, regs = layout.total_bytes, register_estimate(spec, tiling, info)
     dims = f"hd{spec.head_dim} {spec.dtype.value} block_m {tiling.block_m} block_n {tiling.block_n}"
 
     def reject(reason: str) -> Candidate:

@@ -33,7 +33,7 @@ def test_catalogue_plans_within_budget(path: Path, arch: Arch) -> None:
     p = plan(spec, arch)
     assert p.smem_bytes <= info.smem_per_block
     assert p.smem_bytes == smem_layout(spec, p.tiling).total_bytes
-    assert p.regs_estimate == register_estimate(spec, p.tiling) <= info.max_regs_per_thread
+    assert p.regs_estimate == register_estimate(spec, p.tiling, info) <= info.max_regs_per_thread
     assert p.block_m == 16 * p.tiling.warp_m_tiles * p.num_warps
     assert p.threads == 32 * p.num_warps
     assert p.cost.blocks_per_sm >= 1
