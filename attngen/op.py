@@ -35,7 +35,9 @@ def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str) -> Any:
     launcher = _LAUNCHERS.get(kernel)
     if launcher is None:
         raise ValueError(f"kernel '{kernel}' is not loaded in this process; build it with attngen.compile")
-    q, k, v = (t if _aligned(t) else t.contiguous() for t in (q, k, v))
+    # A fresh allocation is aligned; .contiguous() alone would return a misaligned tensor as it is.
+    q, k, v = (t if _aligned(t) else torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
+               for t in (q, k, v))
     batch, seqlen_q, heads, _ = q.shape
     fill = math.nan if env.poison_outputs() else None
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
