@@ -36,8 +36,9 @@ REF_HIDDEN = 2048
 #: Resident warps per SM below which the cost model charges for exposed latency.
 WARPS_TO_HIDE_LATENCY = 8
 #: Fixed cost of one KV-block iteration (cp.async wait, barrier, loop and softmax bookkeeping),
-#: in clocks; another resident block overlaps it.
-ITER_OVERHEAD_CLK = 256
+#: in clocks; another resident block overlaps it. 512 makes the model rank hd256 block_n 64 over 32
+#: as the H100 sweep measured (294 vs 270 TFLOP/s; benchmarks/NOTES.md).
+ITER_OVERHEAD_CLK = 512
 #: exp2 throughput of the special-function units: 16 per clock per SM on sm80 and later.
 MUFU_PER_CLK = 16
 
