@@ -1,0 +1,126 @@
+"""The benchmark's command line: `python -m attngen.bench ...` and `attngen bench ...` (one definition).
+
+Imports only typer at load; torch and the benchmark load when the command runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+EXIT_FAILED, EXIT_USAGE = 1, 2
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _parse(what: str, parse: Any, text: str) -> Any:
+    try:
+        return parse(text)
+    except ValueError as exc:
+        _fail(f"{what}: {exc}", EXIT_USAGE)
+
+
+@app.command()
+def bench(
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="A subset (hd 64 and 256 at 2k/8k, hd 128 at 2k/8k/16k, causal both) for one short run.")
+    ] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Output folder (default: benchmarks/results/<gpu>/).")] = None,
+    head_dims: Annotated[str, typer.Option("--head-dims", metavar="LIST", help="Head dims, comma separated.")
+                         ] = "64,128,256",
+    seqlens: Annotated[str | None, typer.Option(
+        "--seqlens", metavar="LIST", help="Seqlens, comma separated (2k = 2048). Default: 512..16k, or "
+                                          "--quick's per head dim.")] = None,
+    causal: Annotated[str, typer.Option("--causal", help="both, yes or no.")] = "both",
+    dtype: Annotated[str, typer.Option("--dtype", help="bf16 or fp16.")] = "bf16",
+    peers: Annotated[str, typer.Option(
+        "--peers", metavar="LIST", help="Peers, comma separated, from flash,cudnn,efficient,flex (or none).")
+    ] = "flash,cudnn,efficient,flex",
+    budget_s: Annotated[float | None, typer.Option(
+        "--budget-s", help="Skip the configs left once this many seconds have passed (reports still written).")
+    ] = None,
+    merge: Annotated[list[Path] | None, typer.Option(
+        "--merge", metavar="JSON", help="No GPU: merge these bench.json files (repeatable) and write the "
+                                        "reports to --out.")] = None,
+) -> None:
+    """Time attngen's forward kernels against torch SDPA (flash, cuDNN, efficient) and FlexAttention.
+
+    FlashAttention-3 paper settings: batch = 16384 / seqlen, heads = 2048 / head_dim.
+
+    Each output is checked against a float64 reference before it is timed.
+
+    Writes bench.json, bench.md and fwd_tflops.png; prints TFLOP/s and ratios.
+    """
+    from . import model
+
+    if merge:
+        _merge(merge, out)
+        return
+    if dtype not in model.TOLERANCE:
+        _fail(f"--dtype must be bf16 or fp16, got {dtype!r}", EXIT_USAGE)
+    from .runner import BenchOptions
+
+    options = BenchOptions(
+        head_dims=_parse("--head-dims", model.parse_ints, head_dims),
+        seqlens=_parse("--seqlens", lambda t: model.parse_ints(t, model.parse_seqlen), seqlens) if seqlens else None,
+        causal=_parse("--causal", model.parse_causal, causal), dtype=dtype,
+        peers=_parse("--peers", model.parse_peers, peers), quick=quick, out=out, budget_s=budget_s)
+    if not options.grid():
+        _fail("no configuration to run: --quick covers head dims 64, 128 and 256 only; pass --seqlens", EXIT_USAGE)
+    _run(options)
+
+
+def _run(options: Any) -> None:
+    from . import report
+    from .runner import BenchError, run
+
+    try:
+        results, out = run(options, log=_log)
+    except BenchError as exc:
+        _fail(str(exc))
+    paths = report.write_all(results, out)
+    report.print_table(results, _console())
+    typer.echo(f"wrote {report.paths_listing(paths)} in {results['elapsed_s']:.0f} s")
+
+
+def _merge(files: list[Path], out: Path | None) -> None:
+    from . import report
+
+    if out is None:
+        _fail("--merge needs --out (where to write the merged reports)", EXIT_USAGE)
+    try:
+        runs = [report.load_json(f) for f in files]
+    except (OSError, ValueError) as exc:
+        _fail(f"cannot read {exc}")
+    merged = report.merge(runs)
+    paths = report.write_all(merged, out)
+    report.print_table(merged, _console())
+    typer.echo(f"wrote {report.paths_listing(paths)}")
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+    return Console(width=width, highlight=False)
+
+
+def main(args: Sequence[str] | None = None, prog_name: str = "python -m attngen.bench") -> None:
+    """Run the command with `args` (default: sys.argv[1:])."""
+    typer.main.get_command(app)(list(args) if args is not None else sys.argv[1:], prog_name=prog_name)

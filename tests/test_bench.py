@@ -1,0 +1,377 @@
+"""The benchmark's CPU side: settings grid, FLOP / IO-model / roofline arithmetic, the float64 reference,
+the check-then-time logic, the report writers, the command line. The GPU side runs on the GPU itself
+(`python -m attngen.bench --quick`); nothing here stands in for it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attngen.bench import measure, model, peers, report, runner
+from attngen.bench.model import Config
+from attngen.cli import app
+from attngen.planner import plan
+from attngen.spec import AttentionSpec
+
+REPO = Path(__file__).resolve().parent.parent
+CEILINGS = {"matmul_n": 8192, "matmul_dtype": "bf16", "matmul_tflops": 700.0, "copy_gbps": 3000.0}
+
+
+# ---- settings and arithmetic ------------------------------------------------------------------
+
+
+def test_full_grid_is_the_fa3_paper_settings() -> None:
+    configs = model.grid(model.HEAD_DIMS, None, (False, True))
+    assert len(configs) == 3 * 6 * 2
+    assert {c.seqlen for c in configs} == {512, 1024, 2048, 4096, 8192, 16384}
+    for c in configs:
+        assert c.batch * c.seqlen == 16384
+        assert c.heads * c.head_dim == 2048
+
+
+def test_quick_grid() -> None:
+    configs = model.grid(model.HEAD_DIMS, None, (False, True), quick=True)
+    got = {(c.head_dim, c.seqlen, c.causal) for c in configs}
+    want = {(d, s, c) for d, ss in {64: (2048, 8192), 128: (2048, 8192, 16384), 256: (2048, 8192)}.items()
+            for s in ss for c in (False, True)}
+    assert got == want and len(configs) == 14
+    # grouped by (head_dim, causal): one attngen compile per group, seqlens ascending within it
+    assert model.group_keys(configs) == [(64, False), (64, True), (128, False), (128, True), (256, False),
+                                         (256, True)]
+    assert [c.seqlen for c in configs if (c.head_dim, c.causal) == (128, True)] == [2048, 8192, 16384]
+
+
+def test_explicit_seqlens_override_quick() -> None:
+    configs = model.grid((128,), (4096, 1024), (True,), quick=True)
+    assert [(c.head_dim, c.seqlen, c.causal) for c in configs] == [(128, 1024, True), (128, 4096, True)]
+
+
+def test_flops() -> None:
+    c = Config(128, 8192, False)
+    assert (c.batch, c.heads) == (2, 16)
+    assert c.flops == 4 * 2 * 16 * 8192 * 8192 * 128
+    assert Config(128, 8192, True).flops == c.flops / 2
+    assert model.attention_flops(1, 1, 3, 5, 7, False) == 4 * 3 * 5 * 7
+
+
+def test_io_model_bytes_by_hand() -> None:
+    # 2 x 4 heads, s 1000, d 64, block_m 128 -> 8 query blocks
+    tile = 1000 * 64 * 2
+    assert model.io_model_bytes(2, 4, 1000, 64, 128, False) == 8 * (2 * tile + 8 * 2 * tile)
+    assert model.io_model_bytes(2, 4, 1000, 64, 128, True) == 8 * (2 * tile + 8 * tile)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_io_model_matches_the_planners_at_its_reference_shape(head_dim: int, mask: str) -> None:
+    p = plan(AttentionSpec(head_dim=head_dim, dtype="bf16", mask=mask), "sm90")
+    heads = 2048 // head_dim
+    got = model.io_model_bytes(1, heads, p.cost.ref_seqlen, head_dim, p.block_m, mask == "causal")
+    assert got == p.cost.hbm_bytes
+    assert Config(head_dim, p.cost.ref_seqlen, mask == "causal").flops / 4 == p.cost.flops  # batch 4 there
+
+
+def test_roofline_and_throughput() -> None:
+    bound, by = model.roofline_us(700e12, 1.0, 700.0, 3000.0)
+    assert by == "compute" and bound == pytest.approx(1e6)
+    bound, by = model.roofline_us(1.0, 3e12, 700.0, 3000.0)
+    assert by == "memory" and bound == pytest.approx(1e6)
+    assert model.tflops(2e12, 4.0) == pytest.approx(500.0)
+
+
+def test_ratio() -> None:
+    assert model.ratio(350.0, 300.0) == pytest.approx(350 / 300)
+    assert model.ratio(None, 300.0) is None
+    assert model.ratio(350.0, None) is None
+    assert model.ratio(350.0, 0.0) is None
+    assert model.ratio(math.nan, 1.0) is None
+
+
+def test_model_row() -> None:
+    cfg = Config(128, 8192, True)
+    summary = plan(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), "sm90").summary()
+    row = model.model_row(cfg, summary, 2.0, CEILINGS)
+    io = model.io_model_bytes(2, 16, 8192, 128, summary["block_m"], True)
+    bound = max(cfg.flops / 700e12, io / 3000e9) * 1e6
+    assert row["io_bytes"] == io and row["bound_us"] == pytest.approx(bound)
+    assert row["measured_us"] == 2000.0
+    assert row["achieved_fraction"] == pytest.approx(bound / 2000.0)
+    scaled = summary["cost"]["predicted_us"] * cfg.flops / summary["cost"]["flops"]
+    assert row["predicted_us_scaled"] == pytest.approx(scaled)
+    assert row["measured_over_predicted"] == pytest.approx(2000.0 / scaled)
+    assert model.model_row(cfg, summary, None, CEILINGS)["achieved_fraction"] is None
+
+
+@pytest.mark.parametrize("name, slug", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                                        ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", "rtx4090"),
+                                        ("", "gpu")])
+def test_gpu_slug(name: str, slug: str) -> None:
+    assert model.gpu_slug(name) == slug
+
+
+def test_parsers() -> None:
+    assert model.parse_ints("64, 128,64") == (64, 128)
+    assert model.parse_ints("512,2k,16K", model.parse_seqlen) == (512, 2048, 16384)
+    assert model.parse_causal("both") == (False, True) and model.parse_causal("yes") == (True,)
+    assert model.parse_peers("flash,flex") == ("flash", "flex") and model.parse_peers("none") == ()
+    for bad in (lambda: model.parse_causal("maybe"), lambda: model.parse_peers("fa3"),
+                lambda: model.parse_ints(""), lambda: model.parse_seqlen("0")):
+        with pytest.raises(ValueError):
+            bad()
+
+
+# ---- the reference and the check-then-time logic (CPU tensors) --------------------------------
+
+
+def _naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    q, k, v = (t[0, :, :2].double().transpose(0, 1) for t in (q, k, v))
+    s = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    return (torch.softmax(s, -1) @ v).transpose(0, 1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_slice_in_chunks(causal: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    q, k, v = (torch.randn(2, 50, 3, 32, dtype=torch.bfloat16) for _ in range(3))
+    monkeypatch.setattr(measure, "REF_CHUNK_BYTES", 8 * 2 * 50 * 7)  # 7 query rows per chunk
+    ref = measure.reference_slice(q, k, v, causal)
+    assert ref.shape == (50, 2, 32) and ref.dtype == torch.float64
+    assert torch.allclose(ref, _naive(q, k, v, causal), atol=1e-12)
+    assert measure.relative_error(ref.float(), ref) < 1e-6
+    assert measure.relative_error(torch.full_like(ref, math.nan), ref) == math.inf
+
+
+class _Fake:
+    def __init__(self, name: str, make: Any) -> None:
+        self.name, self.make = name, make
+
+    def prepare(self, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+        return self.make(cfg, q, k, v)
+
+
+def _exact(cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    out[0, :, :2] = _naive(q, k, v, cfg.causal)
+    return lambda: out.to(q.dtype)
+
+
+def _raise_with_warning(cfg: Config, *qkv: torch.Tensor) -> Any:
+    import warnings
+
+    warnings.warn("Flash attention requires something", UserWarning, stacklevel=1)
+    raise RuntimeError("No available kernel. Aborting execution.")
+
+
+def _unfused(cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+    import warnings
+
+    exact = _exact(cfg, q, k, v)
+
+    def forward() -> torch.Tensor:
+        warnings.warn("flex_attention called without torch.compile() - this will use an unfused implementation",
+                      UserWarning, stacklevel=1)
+        return exact()
+
+    return forward
+
+
+def _unavailable(cfg: Config, *qkv: torch.Tensor) -> Any:
+    raise peers.Unavailable("this torch has no SDPBackend.NOPE")
+
+
+@pytest.fixture
+def cpu_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the GPU-side loop on CPU tensors: no synchronize, a fixed timing, CPU inputs."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(measure, "time_ms", lambda fn: (fn(), 2.0)[1])
+
+    def inputs(cfg: Config, dtype: str, seed: int) -> tuple[torch.Tensor, ...]:
+        gen = torch.Generator().manual_seed(seed)
+        shape = (1, 24, 2, cfg.head_dim)
+        return tuple(torch.randn(shape, generator=gen, dtype=torch.bfloat16) for _ in range(3))
+
+    monkeypatch.setattr(measure, "make_inputs", inputs)
+
+
+def test_measure_impl_outcomes(cpu_gpu: None) -> None:
+    cfg = Config(64, 2048, True)
+    q, k, v = measure.make_inputs(cfg, "bf16", 0)
+    ref = measure.reference_slice(q, k, v, True)
+    ok = runner.measure_impl(_Fake("good", _exact), cfg, (q, k, v), ref, 2e-2)
+    assert ok["status"] == "ok" and ok["ms"] == 2.0 and ok["tflops"] == pytest.approx(cfg.flops / 2e-3 / 1e12)
+    assert ok["rel_err"] < 2e-2
+    wrong = runner.measure_impl(_Fake("wrong", lambda *a: (lambda: a[1] * 0 + 1)), cfg, (q, k, v), ref, 2e-2)
+    assert wrong["status"] == "failed" and wrong["rel_err"] > 2e-2 and "ms" not in wrong
+    broken = runner.measure_impl(_Fake("broken", _raise_with_warning), cfg, (q, k, v), ref, 2e-2)
+    assert broken["status"] == "failed"
+    assert "No available kernel" in broken["error"] and "Flash attention requires" in broken["error"]
+    unfused = runner.measure_impl(_Fake("flex", _unfused), cfg, (q, k, v), ref, 2e-2)
+    assert unfused["status"] == "failed" and "unfused" in unfused["error"]
+    missing = runner.measure_impl(_Fake("nope", _unavailable), cfg, (q, k, v), ref, 2e-2)
+    assert missing == {"status": "unavailable", "error": "this torch has no SDPBackend.NOPE"}
+
+
+def test_run_end_to_end_on_fakes(cpu_gpu: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(measure, "environment", lambda: {"gpu": "NVIDIA H100 80GB HBM3", "date": "today"})
+    monkeypatch.setattr(measure, "ceilings", lambda dtype: dict(CEILINGS))
+
+    def compile_fake(head_dim: int, causal: bool, dtype: str) -> tuple[Any, dict[str, Any]]:
+        if head_dim == 256:
+            raise RuntimeError("NVRTC said no")
+        spec = AttentionSpec(head_dim=head_dim, dtype=dtype, mask="causal" if causal else "none")
+        kernel = lambda q, k, v: _exact(Config(head_dim, 0, causal), q, k, v)()  # noqa: E731
+        return kernel, {"head_dim": head_dim, "causal": causal, "spec": spec.name, "cold_compile_s": 1.5,
+                        "load_ms": 3.0, "resources": [], "plan": plan(spec, "sm90").summary()}
+
+    monkeypatch.setattr(runner, "compile_attngen", compile_fake)
+    monkeypatch.setattr(runner, "make_peers", lambda names: [_Fake("flash", _exact), _Fake("flex", _unavailable)])
+    options = runner.BenchOptions(head_dims=(64, 256), seqlens=(1024, 2048), peers=("flash", "flex"),
+                                  out=tmp_path / "out")
+    results, out = runner.run(options, log=lambda line: None)
+    assert out == tmp_path / "out" and (out / "bench.json").is_file() and (out / "bench.md").is_file()
+    assert len(results["results"]) == 8
+    first = results["results"][0]
+    assert first["impls"]["attngen"]["status"] == "ok" and first["ratios"] == {"flash": 1.0, "flex": None}
+    assert first["model"]["measured_us"] == 2000.0
+    hd256 = [r for r in results["results"] if r["head_dim"] == 256]
+    assert all(r["impls"]["attngen"]["status"] == "unavailable" for r in hd256)
+    assert all(r["impls"]["flash"]["status"] == "ok" for r in hd256)
+    assert "NVRTC said no" in results["compile"][-1]["error"]
+    assert json.loads((out / "bench.json").read_text())["results"][0]["seqlen"] == 1024
+
+
+def test_default_out_is_under_benchmarks_results(cpu_gpu: None, monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(measure, "environment", lambda: {"gpu": "NVIDIA H100 80GB HBM3"})
+    monkeypatch.setattr(measure, "ceilings", lambda dtype: dict(CEILINGS))
+    options = runner.BenchOptions(head_dims=(64,), seqlens=(1024,), causal=(False,), peers=(), budget_s=-1)
+    monkeypatch.setattr(runner, "compile_attngen", lambda *a: (_ for _ in ()).throw(RuntimeError("x")))
+    results, out = runner.run(options, log=lambda line: None)
+    assert out == Path("benchmarks/results/h100")
+    assert results["results"] == [] and results["skipped"][0]["seqlen"] == 1024
+
+
+# ---- reports ----------------------------------------------------------------------------------
+
+
+def synthetic() -> dict[str, Any]:
+    summary = plan(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), "sm90").summary()
+    rows = []
+    for s, ours, flash in ((2048, 300.0, 330.0), (8192, 360.0, 348.0)):
+        cfg = Config(128, s, False)
+        impls = {"attngen": {"status": "ok", "tflops": ours, "ms": cfg.flops / ours / 1e9, "rel_err": 3e-3},
+                 "flash": {"status": "ok", "tflops": flash, "ms": cfg.flops / flash / 1e9, "rel_err": 3e-3},
+                 "flex": {"status": "failed", "rel_err": math.inf, "error": "relative error inf | is not below"}}
+        row = {**cfg.as_dict(), "impls": impls, "ratios": {"flash": ours / flash, "flex": None}}
+        row["model"] = model.model_row(cfg, summary, impls["attngen"]["ms"], CEILINGS)
+        rows.append(row)
+    return {"schema": 1, "environment": {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-01-01", "torch": "2.11"},
+            "settings": {"dtype": "bf16", "peers": ["flash", "flex"], "tolerance": 2e-2},
+            "ceilings": dict(CEILINGS),
+            "compile": [{"head_dim": 128, "causal": False, "spec": "none_bf16_hd128", "cold_compile_s": 1.25,
+                         "load_ms": 4.5, "resources": [{"registers": 200, "spill_stores": 0, "spill_loads": 0}],
+                         "plan": summary}],
+            "results": rows, "skipped": [{**Config(128, 16384, False).as_dict(), "reason": "time budget 5 s spent"}]}
+
+
+def test_markdown_report() -> None:
+    text = report.markdown(synthetic())
+    assert "# attngen forward benchmark: NVIDIA H100 80GB HBM3" in text
+    assert "| hd | seqlen | causal | attngen | flash | flex | attngen/flash | attngen/flex |" in text
+    assert "| 128 | 8192 | no | 360 | 348 | failed | 1.03 | – |" in text
+    assert "| 128 | 2048 | no | 300 | 330 | failed | 0.91 | – |" in text
+    assert "| none_bf16_hd128 |" in text and "| 1.25 | 4.5 | 200 | 0 |" in text
+    assert "hd128 s2048 full flex (failed): relative error inf \\| is not below" in text
+    assert "skipped, time budget 5 s spent" in text
+    assert "700 TFLOP/s" in text and "3000 GB/s" in text
+    model_rows = [line for line in text.splitlines() if line.startswith("| 128 |") and "(memory)" in line]
+    assert len(model_rows) == 2
+
+
+def test_json_round_trip_and_merge(tmp_path: Path) -> None:
+    a = synthetic()
+    path = report.write_json(a, tmp_path / "a")
+    loaded = report.load_json(path)
+    assert loaded["results"][0]["impls"]["flex"]["rel_err"] == "inf"  # JSON has no infinity
+    b = synthetic()
+    b["results"] = [dict(b["results"][1], seqlen=16384)]
+    b["skipped"] = []
+    merged = report.merge([loaded, b])
+    assert [r["seqlen"] for r in merged["results"]] == [2048, 8192, 16384]
+    assert merged["skipped"] == [] and len(merged["merged_from"]) == 2
+    report.markdown(merged)  # renders the loaded (string 'inf') values too
+
+
+def test_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed here (the GPU machine has it)")
+    path = report.write_plot(synthetic(), tmp_path)
+    assert path is not None and path.name == "fwd_tflops.png" and path.read_bytes()[:4] == b"\x89PNG"
+    assert report.series(synthetic(), 128, False, "flash") == ([2048, 8192], [330.0, 348.0])
+
+
+def test_terminal_table() -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    report.print_table(synthetic(), console)
+    text = console.export_text()
+    assert "360" in text and "1.03" in text and "0.91" in text and "cold compile 1.25 s" in text
+
+
+# ---- command line -----------------------------------------------------------------------------
+
+
+def test_cli_bench_help() -> None:
+    result = CliRunner().invoke(app, ["bench", "--help"])
+    assert result.exit_code == 0, result.output
+    for option in ("--quick", "--out", "--head-dims", "--seqlens", "--causal", "--dtype", "--peers", "--merge"):
+        assert option in result.output
+    assert "bench" in CliRunner().invoke(app, ["--help"]).output
+
+
+def test_cli_bench_bad_arguments() -> None:
+    result = CliRunner().invoke(app, ["bench", "--causal", "maybe"])
+    assert result.exit_code == 2 and "--causal: must be both, yes or no" in result.output
+    result = CliRunner().invoke(app, ["bench", "--peers", "fa3"])
+    assert result.exit_code == 2 and "unknown peer(s) fa3" in result.output
+    result = CliRunner().invoke(app, ["bench", "--quick", "--head-dims", "96"])
+    assert result.exit_code == 2 and "no configuration" in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
+def test_cli_bench_without_gpu() -> None:
+    result = CliRunner().invoke(app, ["bench", "--quick", "--peers", "none"])
+    assert result.exit_code == 1 and "needs a CUDA GPU" in result.output
+
+
+def test_cli_merge(tmp_path: Path) -> None:
+    report.write_json(synthetic(), tmp_path / "run1")
+    result = CliRunner().invoke(app, ["bench", "--merge", str(tmp_path / "run1" / "bench.json"),
+                                      "--out", str(tmp_path / "merged")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "merged" / "bench.md").is_file() and "1.03" in result.output
+
+
+def test_module_and_script_entry_points_and_no_heavy_imports() -> None:
+    for cmd in ([sys.executable, "-m", "attngen.bench", "--help"],
+                [sys.executable, str(REPO / "benchmarks" / "run_bench.py"), "--help"]):
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert done.returncode == 0 and "--quick" in done.stdout, done.stderr
+    code = ("import sys, attngen.cli, attngen.bench.command, attngen.bench.runner, attngen.bench.report, "
+            "attngen.bench.peers, attngen.bench.measure; "
+            "print([m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.stdout.strip() == "[]", done.stderr
