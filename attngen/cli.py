@@ -285,6 +285,18 @@ def _display_path(path: Path) -> str:
         return str(path)
 
 
+# ---- bench ------------------------------------------------------------------------------------
+
+
+@app.command(add_help_option=False, context_settings={
+    "allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+def bench(ctx: typer.Context) -> None:
+    """Time attngen against torch SDPA and FlexAttention on this GPU (options: attngen bench --help)."""
+    from .bench.command import main as bench_main
+
+    bench_main(ctx.args, prog_name="attngen bench")
+
+
 def main() -> None:
     """Console-script entry point (also `python -m attngen`)."""
     app(prog_name="attngen")
