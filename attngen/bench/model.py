@@ -88,7 +88,7 @@ def ratio(ours: float | None, theirs: float | None) -> float | None:
 def grid(head_dims: Sequence[int], seqlens: Sequence[int] | None, causal_modes: Sequence[bool],
          quick: bool = False) -> list[Config]:
     """Configs grouped by (head_dim, causal), seqlens ascending. `seqlens` None: all, or QUICK's."""
-    out = []
+    out: list[Config] = []
     for d in head_dims:
         lengths = seqlens if seqlens is not None else (QUICK.get(d, ()) if quick else SEQLENS)
         for causal in causal_modes:
