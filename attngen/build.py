@@ -27,17 +27,31 @@ from .spec import Arch, AttentionSpec
 Progress = Callable[["BuildResult", int, int], None]
 
 
-def build(spec: AttentionSpec, arch: Arch | str) -> Cubin:
-    """Plan, render and compile `spec` for `arch` (through the kernel cache). No GPU needed."""
-    from .planner import plan
+#: Tilings the build may try when ptxas spills (the register model is an estimate; each NVRTC
+#: release allocates a little differently).
+MAX_SPILL_RETRIES = 4
 
-    kernel_plan = plan(spec, Arch(arch))  # a PlanError surfaces before any toolchain loads
+
+def build(spec: AttentionSpec, arch: Arch | str) -> Cubin:
+    """Plan, render and compile `spec` for `arch` (through the kernel cache). No GPU needed.
+
+    If ptxas reports spills, the tiling is excluded with that reason and the spec is planned again;
+    after MAX_SPILL_RETRIES the last cubin is returned as it is (its manifest shows the spills).
+    """
+    from .cache import compile_cached
+    from .planner import plan
     from .render import render
 
-    source = render(kernel_plan)
-    from .cache import compile_cached
-
-    return compile_cached(source)
+    arch = Arch(arch)
+    excluded: dict[Any, str] = {}
+    while True:
+        kernel_plan = plan(spec, arch, exclude=excluded)  # a PlanError surfaces before any toolchain loads
+        cubin = compile_cached(render(kernel_plan))
+        spilled = sum(r.spill_stores + r.spill_loads for r in cubin.resources)
+        if not spilled or len(excluded) >= MAX_SPILL_RETRIES:
+            return cubin
+        excluded[kernel_plan.tiling] = (f"ptxas (NVRTC {cubin.nvrtc_version}) spilled {spilled} B at "
+                                        f"{max(r.registers for r in cubin.resources)} registers")
 
 
 def manifest(cubin: Cubin, *, compile_seconds: float | None = None) -> dict[str, Any]:

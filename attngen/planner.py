@@ -8,6 +8,7 @@ rejected ones keep the arithmetic that rejected them, and the choice names its r
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 
 from .archs import ArchInfo, arch_info
 from .errors import PlanError
@@ -179,8 +180,11 @@ def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind) -> str:
     return f"attn_fwd_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
 
 
-def plan(spec: AttentionSpec, arch: Arch | str) -> KernelPlan:
-    """The KernelPlan of `spec` on `arch`; PlanError when no tiling fits the budget."""
+def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | None = None) -> KernelPlan:
+    """The KernelPlan of `spec` on `arch`; PlanError when no tiling fits the budget.
+
+    `exclude` maps tilings already found wanting (by the build's ptxas check) to the reason.
+    """
     arch = Arch(arch)
     info = arch_info(arch)
     candidates: list[Candidate] = []
@@ -189,6 +193,8 @@ def plan(spec: AttentionSpec, arch: Arch | str) -> KernelPlan:
         cand = evaluate(spec, info, tiling)
         if mismatch and cand.fits:
             cand = cand.model_copy(update={"fits": False, "reason": f"excluded by the spec: {mismatch}"})
+        elif exclude and tiling in exclude and cand.fits:
+            cand = cand.model_copy(update={"fits": False, "reason": exclude[tiling]})
         candidates.append(cand)
     fitting = sorted((c for c in candidates if c.fits), key=_rank_key)
     if not fitting:

@@ -132,3 +132,30 @@ def test_build_many_parallel_real_pipeline(tmp_path: Path, monkeypatch: pytest.M
         assert r.spills == 0
         assert r.out_dir is not None and (r.out_dir / "kernel.cu").is_file()
         assert len(list(r.out_dir.glob("*.cubin"))) == 1
+
+
+def test_build_replans_around_spills(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiling ptxas spills on is excluded with the reason and the spec planned again."""
+    import dataclasses
+
+    from attngen import cache
+
+    real = cache.compile_cached
+    first: list[object] = []
+
+    def spill_once(source):  # type: ignore[no-untyped-def]
+        cubin = real(source)
+        if not first:
+            first.append(source.plan.tiling)
+            res = dataclasses.replace(cubin.resources[0], spill_stores=16, spill_loads=16)
+            return dataclasses.replace(cubin, resources=(res,))
+        return cubin
+
+    monkeypatch.setattr(cache, "compile_cached", spill_once)
+    spec = AttentionSpec(head_dim=64, dtype="bf16")
+    cubin = B.build(spec, "sm90")
+    plan = cubin.source.plan
+    assert plan.tiling != first[0]
+    rejected = [c for c in plan.candidates if c.tiling == first[0]]
+    assert rejected and "spilled 32 B" in rejected[0].reason and not rejected[0].fits
+    assert isinstance(cubin.resources[0], KernelResources) and cubin.resources[0].spill_stores == 0
