@@ -208,6 +208,8 @@ def _derived_name(data: dict[str, Any]) -> str | None:
     mask = getattr(data.get("mask", "none"), "value", data.get("mask", "none"))
     dtype = getattr(data.get("dtype"), "value", data.get("dtype"))
     head_dim = data.get("head_dim")
+    if not isinstance(mask, str) or not isinstance(dtype, str):
+        return None
     if mask not in MaskKind._value2member_map_ or dtype not in DType._value2member_map_:
         return None
     if not isinstance(head_dim, int) or isinstance(head_dim, bool):
