@@ -22,6 +22,8 @@ class Tiling(_Frozen):
     stages: int
     #: Q fragments held in registers across the KV loop (else re-read from shared memory).
     q_in_regs: bool
+    #: Issue the next K/V refill after S = Q K^T instead of before it.
+    refill_late: bool = False
 
 
 class CostEstimate(_Frozen):

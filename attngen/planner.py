@@ -23,14 +23,19 @@ AUTO_STAGES = (2, 3)
 #: block_m above 128 leaves too few query blocks to fill the GPU at 2k tokens.
 MAX_BLOCK_M = 128
 #: Registers beside the O, S and Q tiles and the per-tile A fragments: pointers, loop counters,
-#: softmax statistics, B fragments in flight. Calibrated with -Xptxas=-v on sm_90a over the whole
-#: search space at hd 64/128/256 (benchmarks/NOTES.md): every tiling within 255 compiles without
-#: spills, and every tiling that spills is over 255 or over MAX_COPIES_PER_THREAD.
+#: softmax statistics, B fragments in flight, ldmatrix offsets. Calibrated with -Xptxas=-v (NVRTC
+#: 13.5) on sm_90a over the whole search space at hd 64/128/256 (benchmarks/NOTES.md): every tiling
+#: within 255 compiles without spills, and every tiling that spills is over 255 or over
+#: MAX_COPIES_PER_THREAD. Other NVRTC releases differ a little: the build re-plans around spills.
 REG_OVERHEAD = 16
 #: cp.async copies one thread issues per K (or V) tile. Past 16, ptxas keeps too many addresses
 #: live and spills (hd256, block_n 128, 4 warps: 344 B of spills at 255 registers; with 8 warps,
 #: 16 copies each, none).
 MAX_COPIES_PER_THREAD = 16
+#: Blocks of this many warps issue the K/V refill after S = Q K^T. Measured on the H100 (A/B of the
+#: same tiles, benchmarks/NOTES.md): 8-warp hd256 +4% (295 -> 307 TFLOP/s non-causal, 270 -> 279
+#: causal); 4-warp hd128 unchanged non-causal and -2% causal, so 4-warp blocks refill first.
+REFILL_LATE_WARPS = 8
 #: The workload the cost model ranks candidates on (FlashAttention-3 paper settings, mid-size).
 REF_SEQLEN = 4096
 REF_HIDDEN = 2048
@@ -62,7 +67,10 @@ def register_estimate(spec: AttentionSpec, tiling: Tiling, info: ArchInfo) -> in
     and the target's reserve."""
     rows = tiling.warp_m_tiles  # 16-row tiles; each thread holds 2 rows of each
     o_acc = rows * spec.head_dim // 2        # (16 x d) fp32 per tile / 32 lanes
-    s_acc = rows * tiling.block_n // 2       # (16 x block_n) fp32 per tile / 32 lanes
+    # (16 x block_n) fp32 per tile / 32 lanes, weighted 9/8: the packed P of a k-step lives beside
+    # the scores (calibration: hd64 128 x 128 with 2 warp tiles spills 8 B at estimate 240, hd128
+    # 128 x 64 with 2 warp tiles does not).
+    s_acc = rows * tiling.block_n // 2 * 9 // 8
     q_frag = rows * spec.head_dim // 4 if tiling.q_in_regs else 0  # packed 2 x 16-bit per register
     a_frag = 16 * rows                        # A fragments of the current and the next k-step
     return o_acc + s_acc + q_frag + a_frag + REG_OVERHEAD + info.extra_registers
@@ -122,7 +130,8 @@ def enumerate_tilings(spec: AttentionSpec) -> list[Tiling]:
         bm = 16 * mt * warps
         if bm > MAX_BLOCK_M:
             continue
-        out.append(Tiling(block_m=bm, block_n=bn, num_warps=warps, warp_m_tiles=mt, stages=st, q_in_regs=q_regs))
+        out.append(Tiling(block_m=bm, block_n=bn, num_warps=warps, warp_m_tiles=mt, stages=st, q_in_regs=q_regs,
+                          refill_late=warps >= REFILL_LATE_WARPS))
     return out
 
 
@@ -151,7 +160,7 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
                       f"{info.arch.value} allows {info.smem_per_block} B per block")
     if regs > info.max_regs_per_thread:
         return reject(f"needs ~{regs} registers per thread (O {tiling.warp_m_tiles * spec.head_dim // 2}"
-                      f" + S {tiling.warp_m_tiles * tiling.block_n // 2}"
+                      f" + S {tiling.warp_m_tiles * tiling.block_n // 2 * 9 // 8}"
                       f" + Q {tiling.warp_m_tiles * spec.head_dim // 4 if tiling.q_in_regs else 0}"
                       f" + A {16 * tiling.warp_m_tiles} + {REG_OVERHEAD} + {info.extra_registers} for "
                       f"{info.arch.value}); at most "

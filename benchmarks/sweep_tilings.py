@@ -42,7 +42,16 @@ def main() -> int:
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--out", default="sweep.json")
     ap.add_argument("--max-candidates", type=int, default=12)
+    ap.add_argument("--templates", default=None, help="render from this template directory (A/B a change)")
+    ap.add_argument("--tag", default="", help="label printed on every row")
     args = ap.parse_args()
+    if args.templates:
+        import importlib
+        from pathlib import Path
+
+        renderer = importlib.import_module("attngen.render")
+        renderer.templates_dir = lambda: Path(args.templates)  # type: ignore[attr-defined]
+        renderer._environment.cache_clear()
     arch = current_arch()
     rows = []
     for d in map(int, args.head_dims.split(",")):
@@ -70,16 +79,18 @@ def main() -> int:
                     print(f"hd{d} causal={causal} cand {i}: {exc}", file=sys.stderr)
                     continue
                 tf = flops / ms / 1e9
-                row = {"head_dim": d, "causal": causal, "seqlen": s, "rank_by_model": i,
+                row = {"tag": args.tag, "head_dim": d, "causal": causal, "seqlen": s, "rank_by_model": i,
                        "tiling": cand.tiling.model_dump(), "predicted_us": cand.cost.predicted_us,
                        "regs": kern.cubins[arch].resources[0].registers if kern.cubins[arch].resources else None,
                        "ms": ms, "tflops": tf, "flash_tflops": flops / ms_flash / 1e9, "rel_err": err,
                        "chosen": cand.tiling == base.tiling, "compile_s": compile_s}
                 rows.append(row)
                 t = cand.tiling
-                print(f"hd{d:3d} {'causal' if causal else 'full  '} m{t.block_m:3d} n{t.block_n:3d} w{t.num_warps} "
+                mode = "causal" if causal else "full  "
+                print(f"{args.tag}hd{d:3d} {mode} m{t.block_m:3d} n{t.block_n:3d} w{t.num_warps} "
                       f"mt{t.warp_m_tiles} st{t.stages} qr{int(t.q_in_regs)} pred {cand.cost.predicted_us:8.1f} "
-                      f"{tf:6.1f} TF/s  flash {row['flash_tflops']:6.1f}  err {err:.1e}"
+                      f"{tf:6.1f} TF/s  flash {row['flash_tflops']:6.1f}  "
+                      f"err {err:.1e}"
                       f"{'  <- chosen' if row['chosen'] else ''}", flush=True)
     with open(args.out, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

@@ -16,6 +16,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kWarpMTiles = 1;   // 16-row MMA tiles per warp
 constexpr int kStages = 2;
 constexpr bool kQInRegs = true;
+constexpr bool kRefillLate = true;
 constexpr int kSwizzleChunks = 8;
 constexpr int kMinBlocksPerSm = 1;
 // Visible keys of query row i: lo(i) <= j <= hi(i), -1 meaning unbounded on that side.
@@ -110,6 +111,32 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
   const int col = chunk % W;
   const int flip = (W == 8) ? (row & 7) : ((row >> 1) & 3);
   return ((group * ROWS + row) * W + (col ^ flip)) * 8;  // in elements
+}
+
+// ldmatrix addressing with the swizzle split in two. A lane reads row R + lane_row and chunk
+// C + lane_chunk, where R (a multiple of 8) and C (even) are compile-time in the unrolled loops and
+// lane_row < 16, lane_chunk < 2 belong to the lane. The XOR then only involves the lane's bits and
+// C % W, so each lane keeps W / 2 byte offsets and the rest of the address is an immediate.
+struct LdmOffsets {
+  u32 v[kSwizzleChunks / 2];
+};
+
+template <int ROWS>
+__device__ __forceinline__ LdmOffsets ldm_offsets(int lane_row, int lane_chunk) {
+  constexpr int W = kSwizzleChunks;
+  const int flip = (W == 8) ? (lane_row & 7) : ((lane_row >> 1) & 3);
+  const int g = lane_chunk ^ flip;
+  LdmOffsets o;
+#pragma unroll
+  for (int j = 0; j < W / 2; ++j) o.v[j] = (u32)((lane_row * W + ((2 * j) ^ g)) * 16);
+  return o;
+}
+
+// Byte offset of (row R + lane_row, chunk C + lane_chunk) in a ROWS-row swizzled tile.
+template <int ROWS>
+__device__ __forceinline__ u32 ldm_offset(const LdmOffsets& o, int R, int C) {
+  constexpr int W = kSwizzleChunks;
+  return o.v[(C % W) / 2] + (u32)(((C / W) * ROWS + R) * W * 16);
 }
 
 // Copies rows [row0, row0 + ROWS) of a (rows x kHeadDim) global matrix into a swizzled tile;
@@ -231,16 +258,31 @@ struct Frag {
   float row_sum[kWarpMTiles][2];         // running sum of this lane's probabilities
 };
 
-__device__ __forceinline__ void load_q_frag(u32 (&a)[4], const elem_t* q_tile, int row0, int kk) {
+// Per-lane ldmatrix offsets of the three operands (see ldm_offsets).
+struct LdmPlan {
+  LdmOffsets q;   // A of S = Q K^T: rows lane % 16, chunk lane / 16 (warp's first row folded in)
+  LdmOffsets k;   // B of S = Q K^T: two n8 tiles x k16 per ldmatrix.x4
+  LdmOffsets v;   // B of O += P V, transposed
+};
+
+__device__ __forceinline__ LdmPlan make_ldm_plan(int warp_row0) {
   const int lane = threadIdx.x % 32;
-  ldmatrix_x4(a, smem_addr(q_tile + swizzled<kBlockM>(row0 + lane % 16, kk * 2 + lane / 16)));
+  LdmPlan m;
+  m.q = ldm_offsets<kBlockM>(lane % 16, lane / 16);
+#pragma unroll
+  for (int j = 0; j < kSwizzleChunks / 2; ++j) m.q.v[j] += (u32)(warp_row0 * kSwizzleChunks * 16);
+  m.k = ldm_offsets<kBlockN>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  m.v = ldm_offsets<kBlockN>(lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
+  return m;
 }
 
-// S = Q K^T for this warp's rows against one K tile.
+__device__ __forceinline__ void load_q_frag(u32 (&a)[4], u32 q_tile, const LdmPlan& m, int t, int kk) {
+  ldmatrix_x4(a, q_tile + ldm_offset<kBlockM>(m.q, t * 16, kk * 2));
+}
+
+// S = Q K^T for this warp's rows against one K tile (shared-memory byte addresses).
 template <typename QFrags>
-__device__ __forceinline__ void gemm_qk(Frag& f, const QFrags& qf, const elem_t* q_tile, const elem_t* k_tile,
-                                        int warp_row0) {
-  const int lane = threadIdx.x % 32;
+__device__ __forceinline__ void gemm_qk(Frag& f, const QFrags& qf, u32 q_tile, u32 k_tile, const LdmPlan& m) {
 #pragma unroll
   for (int t = 0; t < kWarpMTiles; ++t)
 #pragma unroll
@@ -256,14 +298,13 @@ __device__ __forceinline__ void gemm_qk(Frag& f, const QFrags& qf, const elem_t*
 #pragma unroll
         for (int i = 0; i < 4; ++i) a[t][i] = qf[t][kk][i];
       } else {
-        load_q_frag(a[t], q_tile, warp_row0 + t * 16, kk);
+        load_q_frag(a[t], q_tile, m, t, kk);
       }
     }
 #pragma unroll
     for (int nn = 0; nn < kNTiles / 2; ++nn) {
       u32 b[4];
-      const int row = nn * 16 + lane % 8 + (lane / 16) * 8;
-      ldmatrix_x4(b, smem_addr(k_tile + swizzled<kBlockN>(row, kk * 2 + (lane / 8) % 2)));
+      ldmatrix_x4(b, k_tile + ldm_offset<kBlockN>(m.k, nn * 16, kk * 2));
 #pragma unroll
       for (int t = 0; t < kWarpMTiles; ++t) {
         mma_16816(f.s[t][2 * nn], a[t], b[0], b[1]);
@@ -274,8 +315,7 @@ __device__ __forceinline__ void gemm_qk(Frag& f, const QFrags& qf, const elem_t*
 }
 
 // O += P V for this warp's rows against one V tile (P from the score registers).
-__device__ __forceinline__ void gemm_pv(Frag& f, const elem_t* v_tile) {
-  const int lane = threadIdx.x % 32;
+__device__ __forceinline__ void gemm_pv(Frag& f, u32 v_tile, const LdmPlan& m) {
 #pragma unroll
   for (int kk = 0; kk < kPSteps; ++kk) {
     u32 a[kWarpMTiles][4];
@@ -289,8 +329,7 @@ __device__ __forceinline__ void gemm_pv(Frag& f, const elem_t* v_tile) {
 #pragma unroll
     for (int dd = 0; dd < kDTiles / 2; ++dd) {
       u32 b[4];
-      const int row = kk * 16 + lane % 8 + ((lane / 8) % 2) * 8;
-      ldmatrix_x4_trans(b, smem_addr(v_tile + swizzled<kBlockN>(row, dd * 2 + lane / 16)));
+      ldmatrix_x4_trans(b, v_tile + ldm_offset<kBlockN>(m.v, kk * 16, dd * 2));
 #pragma unroll
       for (int t = 0; t < kWarpMTiles; ++t) {
         mma_16816(f.o[t][2 * dd], a[t], b[0], b[1]);
@@ -434,30 +473,39 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
     cp_async_commit();
   }
 
+  const LdmPlan ldm = make_ldm_plan(warp_row0);
+  const u32 q_addr = smem_addr(q_tile);
+  const u32 kv_addr = smem_addr(smem + kSmemKV);
   u32 qf[kQInRegs ? kWarpMTiles : 1][kQInRegs ? kKSteps : 1][4];
   for (int it = 0, n_block = range.n_max - 1; n_block >= range.n_min; ++it, --n_block) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    // Refill the stage the previous iteration consumed; every warp is past it.
-    const int next = n_block - (kStages - 1);
-    if (next >= range.n_min) load_kv(next, (it + kStages - 1) % kStages);
-    cp_async_commit();
+    // Refill the stage the previous iteration consumed (every warp is past it): before this block's
+    // tensor work, or once S = Q K^T is issued (kRefillLate).
+    auto refill = [&]() {
+      const int next = n_block - (kStages - 1);
+      if (next >= range.n_min) load_kv(next, (it + kStages - 1) % kStages);
+      cp_async_commit();
+    };
+    if constexpr (!kRefillLate) refill();
     if constexpr (kQInRegs) {
       if (it == 0) {
 #pragma unroll
         for (int t = 0; t < kWarpMTiles; ++t)
 #pragma unroll
-          for (int kk = 0; kk < kKSteps; ++kk) load_q_frag(qf[t][kk], q_tile, warp_row0 + t * 16, kk);
+          for (int kk = 0; kk < kKSteps; ++kk) load_q_frag(qf[t][kk], q_addr, ldm, t, kk);
       }
     }
     const int stage = it % kStages;
-    gemm_qk(f, qf, q_tile, k_tile(stage), warp_row0);
+    const u32 k_addr = kv_addr + stage * kStageBytes;
+    gemm_qk(f, qf, q_addr, k_addr, ldm);
+    if constexpr (kRefillLate) refill();
     if (block_needs_mask(n_block, m_block, p.seqlen_q, p.seqlen_k)) {
       softmax_step<true>(f, p.scale_log2, row0 + warp_row0, n_block * kBlockN, p.seqlen_q, p.seqlen_k);
     } else {
       softmax_step<false>(f, p.scale_log2, row0 + warp_row0, n_block * kBlockN, p.seqlen_q, p.seqlen_k);
     }
-    gemm_pv(f, v_tile(stage));
+    gemm_pv(f, k_addr + kKTileBytes, ldm);
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done reading Q and K/V before Q's rows stage the output
