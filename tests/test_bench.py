@@ -375,3 +375,18 @@ def test_module_and_script_entry_points_and_no_heavy_imports() -> None:
             "print([m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_compile_only_needs_no_gpu(tmp_path: Path) -> None:
+    """`--compile-only ARCH` times the cold build and the cache load of each variant without a GPU."""
+    import json
+
+    from attngen.bench.command import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--compile-only", "sm80", "--head-dims", "64", "--causal", "yes", "--out", str(tmp_path)])
+    assert done.value.code in (0, None)
+    (row,) = json.loads((tmp_path / "compile.json").read_text())["variants"]
+    assert row["arch"] == "sm80" and row["spec"] == "causal_bf16_hd64"
+    assert row["cold_compile_s"] > 0 and not row["cold_from_cache"]
+    assert row["load_from_cache"] and 0 < row["load_ms"] < 100

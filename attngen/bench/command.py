@@ -51,6 +51,9 @@ def bench(
     budget_s: Annotated[float | None, typer.Option(
         "--budget-s", help="Skip the configs left once this many seconds have passed (reports still written).")
     ] = None,
+    compile_only: Annotated[str | None, typer.Option(
+        "--compile-only", metavar="ARCH", help="No GPU: only the cold compile and cache-load times of each "
+                                               "variant, built for ARCH (e.g. sm90).")] = None,
     merge: Annotated[list[Path] | None, typer.Option(
         "--merge", metavar="JSON", help="No GPU: merge these bench.json files (repeatable) and write the "
                                         "reports to --out.")] = None,
@@ -67,6 +70,10 @@ def bench(
 
     if merge:
         _merge(merge, out)
+        return
+    if compile_only:
+        _compile_only(compile_only, _parse("--head-dims", model.parse_ints, head_dims),
+                      model.parse_causal(causal), dtype, out)
         return
     if dtype not in model.TOLERANCE:
         _fail(f"--dtype must be bf16 or fp16, got {dtype!r}", EXIT_USAGE)
@@ -108,6 +115,32 @@ def _merge(files: list[Path], out: Path | None) -> None:
     paths = report.write_all(merged, out)
     report.print_table(merged, _console())
     typer.echo(f"wrote {report.paths_listing(paths)}")
+
+
+def _compile_only(arch: str, head_dims: Sequence[int], causal: Sequence[bool], dtype: str, out: Path | None) -> None:
+    """Cold compile (plan, render, NVRTC into an empty cache) and cache load of each variant, no GPU."""
+    import json
+    import platform
+
+    from attngen.errors import AttngenError
+
+    from .peers import compile_attngen
+
+    rows = []
+    for head_dim in head_dims:
+        for c in causal:
+            try:
+                _, info = compile_attngen(head_dim, c, dtype, arch)
+            except (AttngenError, ValueError) as exc:
+                _fail(str(exc), EXIT_USAGE)
+            rows.append(info)
+            _log(f"{info['spec']} {info['arch']}: cold compile {info['cold_compile_s']:.2f} s, "
+                 f"cache load {info['load_ms']:.1f} ms (NVRTC {info['nvrtc']})")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
+        (out / "compile.json").write_text(json.dumps({"host": meta, "variants": rows}, indent=1))
+        typer.echo(f"wrote {out / 'compile.json'}")
 
 
 def _log(line: str) -> None:

@@ -53,7 +53,7 @@ def _cache_dir(path: str) -> Iterator[None]:
             os.environ["ATTNGEN_CACHE_DIR"] = old
 
 
-def compile_attngen(head_dim: int, causal: bool, dtype: str) -> tuple[Any, dict[str, Any]]:
+def compile_attngen(head_dim: int, causal: bool, dtype: str, arch: Any = None) -> tuple[Any, dict[str, Any]]:
     """Compile one variant; its cold build time (fresh cache) and its load time from the cache.
 
     Cold: attngen.build(spec, arch) (plan, render, NVRTC) into an empty ATTNGEN_CACHE_DIR. Load: a
@@ -63,7 +63,11 @@ def compile_attngen(head_dim: int, causal: bool, dtype: str) -> tuple[Any, dict[
     from attngen.kernel import current_arch
 
     spec = attngen.AttentionSpec(head_dim=head_dim, dtype=dtype, mask="causal" if causal else "none")
-    arch = current_arch()
+    arch = attngen.Arch(arch) if arch is not None else current_arch()
+    from attngen import op
+
+    # One-time process set-up (importing torch, registering the op) is not part of a cache load.
+    op.ensure_registered()
     with tempfile.TemporaryDirectory(prefix="attngen-bench-") as tmp, _cache_dir(tmp):
         start = time.perf_counter()
         cold = attngen.build(spec, arch)
