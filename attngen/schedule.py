@@ -133,3 +133,24 @@ def block_needs_mask(n_block: int, m_block: int, block_m: int, block_n: int, seq
     if right >= 0 and col_last > row_first + off + right:         # crosses the right edge
         return True
     return left >= 0 and col_first < row_last + off - left        # crosses the left edge
+
+
+def q_block_range(n_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int,
+                  left: int, right: int) -> tuple[int, int]:
+    """Query blocks ``[m_min, m_max)`` that the backward's KV block ``n_block`` visits.
+
+    The mirror of `kv_block_range`. Column ``j`` is seen by rows ``i`` with
+    ``j - off - right <= i`` (if ``right >= 0``) and ``i <= j - off + left`` (if ``left >= 0``),
+    ``off = seqlen_k - seqlen_q``; both bounds are non-decreasing in ``j``, so the rows that see some
+    valid column of the block form one run from ``row_lo(first column)`` to ``row_hi(last valid
+    column)``. The range is exactly the query blocks that run touches. ``m_max <= m_min`` means the
+    KV block is seen by no row: its dK and dV are 0.
+    """
+    off = seqlen_k - seqlen_q
+    col_first = n_block * block_n
+    col_last = min((n_block + 1) * block_n, seqlen_k) - 1            # last valid column
+    row_lo = max(col_first - off - right, 0) if right >= 0 else 0    # first row seeing col_first
+    row_hi = min(col_last - off + left, seqlen_q - 1) if left >= 0 else seqlen_q - 1
+    m_min = row_lo // block_m                                        # block holding row_lo
+    m_max = ceil_div(max(row_hi + 1, 0), block_m)                    # block holding row_hi, plus one
+    return m_min, m_max
