@@ -139,15 +139,15 @@ __device__ __forceinline__ u32 ldm_offset(const LdmOffsets& o, int R, int C) {
   return o.v[(C % W) / 2] + (u32)(((C / W) * ROWS + R) * W * 16);
 }
 
-// Copies rows [row0, row0 + ROWS) of a (rows x kHeadDim) global matrix into a swizzled tile;
-// rows at or past `limit` are zero-filled (their source is never read).
-template <int ROWS>
+// Copies rows [row0, row0 + ROWS) of a (rows x kHeadDim) global matrix into a swizzled tile with
+// THREADS threads; rows at or past `limit` are zero-filled (their source is never read).
+template <int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile(elem_t* tile, const elem_t* base, i64 row_stride, int row0, int limit) {
   constexpr int kChunks = ROWS * kDChunks;
   const u32 tile_addr = smem_addr(tile);
-  if constexpr (kThreads % kDChunks == 0) {
+  if constexpr (THREADS % kDChunks == 0) {
     // Each thread keeps one chunk column and walks rows kRowStep apart: one pointer, one add per row.
-    constexpr int kRowStep = kThreads / kDChunks;
+    constexpr int kRowStep = THREADS / kDChunks;
     const int chunk = threadIdx.x % kDChunks;
     int row = threadIdx.x / kDChunks;
     const elem_t* src = base + (i64)(row0 + row) * row_stride + chunk * 8;
@@ -160,9 +160,9 @@ __device__ __forceinline__ void load_tile(elem_t* tile, const elem_t* base, i64 
     }
   } else {
 #pragma unroll
-    for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
-      const int i = it * kThreads + threadIdx.x;
-      if (kChunks % kThreads != 0 && i >= kChunks) break;
+    for (int it = 0; it < (kChunks + THREADS - 1) / THREADS; ++it) {
+      const int i = it * THREADS + threadIdx.x;
+      if (kChunks % THREADS != 0 && i >= kChunks) break;
       const int row = i / kDChunks;
       const int chunk = i % kDChunks;
       const bool valid = row0 + row < limit;
@@ -209,29 +209,45 @@ struct BlockRange {
   int n_max;   // last KV block + 1; n_max <= n_min: nothing visible
 };
 
+template <int BM, int BN>
 __device__ __forceinline__ BlockRange kv_block_range(int m_block, int seqlen_q, int seqlen_k) {
   const int offset = seqlen_k - seqlen_q;
-  const int row_first = m_block * kBlockM;
-  const int row_last = min(row_first + kBlockM, seqlen_q) - 1;
+  const int row_first = m_block * BM;
+  const int row_last = min(row_first + BM, seqlen_q) - 1;
   int hi = seqlen_k - 1;
   int lo = 0;
   if (kWindowRight >= 0) hi = min(hi, row_last + offset + kWindowRight);
   if (kWindowLeft >= 0) lo = max(lo, row_first + offset - kWindowLeft);
   if (hi < lo) return BlockRange{0, 0};
-  return BlockRange{lo / kBlockN, hi / kBlockN + 1};
+  return BlockRange{lo / BN, hi / BN + 1};
 }
 
 // False guarantees every element of (query block, KV block) with a valid row is visible.
+template <int BM, int BN>
 __device__ __forceinline__ bool block_needs_mask(int n_block, int m_block, int seqlen_q, int seqlen_k) {
   const int offset = seqlen_k - seqlen_q;
-  const int col_first = n_block * kBlockN;
-  const int col_last = col_first + kBlockN - 1;
-  const int row_first = m_block * kBlockM;
-  const int row_last = min(row_first + kBlockM, seqlen_q) - 1;
+  const int col_first = n_block * BN;
+  const int col_last = col_first + BN - 1;
+  const int row_first = m_block * BM;
+  const int row_last = min(row_first + BM, seqlen_q) - 1;
   if (col_last >= seqlen_k) return true;
   if (kWindowRight >= 0 && col_last > row_first + offset + kWindowRight) return true;
   if (kWindowLeft >= 0 && col_first < row_last + offset - kWindowLeft) return true;
   return false;
+}
+
+// Query blocks that see some key of KV block n_block (the backward's loop; schedule.q_block_range).
+template <int BM, int BN>
+__device__ __forceinline__ BlockRange q_block_range(int n_block, int seqlen_q, int seqlen_k) {
+  const int offset = seqlen_k - seqlen_q;
+  const int col_first = n_block * BN;
+  const int col_last = min(col_first + BN, seqlen_k) - 1;
+  int row_lo = 0;
+  int row_hi = seqlen_q - 1;
+  if (kWindowRight >= 0) row_lo = max(row_lo, col_first - offset - kWindowRight);
+  if (kWindowLeft >= 0) row_hi = min(row_hi, col_last - offset + kWindowLeft);
+  if (row_hi < row_lo) return BlockRange{0, 0};
+  return BlockRange{row_lo / BM, row_hi / BM + 1};
 }
 
 __device__ __forceinline__ bool visible(int row, int col, int seqlen_q, int seqlen_k) {
@@ -454,18 +470,18 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
       for (int e = 0; e < 4; ++e) f.o[t][d][e] = 0.f;
   }
 
-  const BlockRange range = kv_block_range(m_block, p.seqlen_q, p.seqlen_k);
+  const BlockRange range = kv_block_range<kBlockM, kBlockN>(m_block, p.seqlen_q, p.seqlen_k);
   auto k_tile = [&](int stage) { return reinterpret_cast<elem_t*>(smem + kSmemKV + stage * kStageBytes); };
   auto v_tile = [&](int stage) {
     return reinterpret_cast<elem_t*>(smem + kSmemKV + stage * kStageBytes + kKTileBytes);
   };
   auto load_kv = [&](int n_block, int stage) {
-    load_tile<kBlockN>(k_tile(stage), k_base, p.k_row_stride, n_block * kBlockN, p.seqlen_k);
-    load_tile<kBlockN>(v_tile(stage), v_base, p.v_row_stride, n_block * kBlockN, p.seqlen_k);
+    load_tile<kBlockN, kThreads>(k_tile(stage), k_base, p.k_row_stride, n_block * kBlockN, p.seqlen_k);
+    load_tile<kBlockN, kThreads>(v_tile(stage), v_base, p.v_row_stride, n_block * kBlockN, p.seqlen_k);
   };
 
   // Prologue: Q and the first kStages - 1 KV blocks, one commit group each (Q joins the first).
-  load_tile<kBlockM>(q_tile, q_base, p.q_row_stride, 0, row_limit);
+  load_tile<kBlockM, kThreads>(q_tile, q_base, p.q_row_stride, 0, row_limit);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     const int n_block = range.n_max - 1 - s;
@@ -500,7 +516,7 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
     const u32 k_addr = kv_addr + stage * kStageBytes;
     gemm_qk(f, qf, q_addr, k_addr, ldm);
     if constexpr (kRefillLate) refill();
-    if (block_needs_mask(n_block, m_block, p.seqlen_q, p.seqlen_k)) {
+    if (block_needs_mask<kBlockM, kBlockN>(n_block, m_block, p.seqlen_q, p.seqlen_k)) {
       softmax_step<true>(f, p.scale_log2, row0 + warp_row0, n_block * kBlockN, p.seqlen_q, p.seqlen_k);
     } else {
       softmax_step<false>(f, p.scale_log2, row0 + warp_row0, n_block * kBlockN, p.seqlen_q, p.seqlen_k);
