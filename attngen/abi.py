@@ -33,3 +33,25 @@ FWD_PARAMS: tuple[Field, ...] = (
 def ctypes_struct(fields: tuple[Field, ...], name: str = "Params") -> type[ctypes.Structure]:
     """A ctypes.Structure with the C struct's layout (same order, native alignment)."""
     return type(name, (ctypes.Structure,), {"_fields_": [(f.name, f.py) for f in fields]})
+
+
+BWD_PARAMS: tuple[Field, ...] = (
+    Field("q", "const void*", _PTR),
+    Field("k", "const void*", _PTR),
+    Field("v", "const void*", _PTR),
+    Field("o", "const void*", _PTR),
+    Field("dout", "const void*", _PTR),
+    Field("lse", "const float*", _PTR),
+    Field("delta", "float*", _PTR),
+    Field("dq", "void*", _PTR),
+    Field("dk", "void*", _PTR),
+    Field("dv", "void*", _PTR),
+    *(Field(f"{t}_{s}_stride", "long long", _I64)
+      for t in ("q", "k", "v", "o", "dout", "dq", "dk", "dv") for s in ("batch", "row", "head")),
+    Field("seqlen_q", "int", _I32),
+    Field("seqlen_k", "int", _I32),
+    Field("heads", "int", _I32),
+    Field("kv_heads", "int", _I32),
+    Field("scale_log2", "float", _F32),
+    Field("softmax_scale", "float", _F32),
+)

@@ -54,6 +54,15 @@ def build(spec: AttentionSpec, arch: Arch | str) -> Cubin:
                                         f"{max(r.registers for r in cubin.resources)} registers")
 
 
+def build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin:
+    """Plan, render and compile the backward kernels of `spec` for `arch` (one cubin, three entry points)."""
+    from .cache import compile_cached
+    from .planner_bwd import plan_bwd
+    from .render import render_bwd
+
+    return compile_cached(render_bwd(plan_bwd(spec, Arch(arch))))
+
+
 def manifest(cubin: Cubin, *, compile_seconds: float | None = None) -> dict[str, Any]:
     """What manifest.json holds: the spec, the plan, each entry point's resources, the toolchain."""
     from . import __version__

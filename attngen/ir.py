@@ -119,3 +119,49 @@ class KernelPlan(_Frozen):
             "cost": self.cost.model_dump(),
             "reason": self.reason,
         }
+
+
+class DkdvTiling(_Frozen):
+    """The dK/dV kernel: a KV block of 16 rows per warp and a head-dim slice stay resident."""
+
+    num_warps: int
+    block_n: int
+    #: Query rows per step of the loop.
+    block_m: int
+    #: Head-dim columns of dK/dV one block owns (the head dim / d_chunk blocks share a KV block).
+    d_chunk: int
+    stages: int
+    smem_bytes: int
+    regs_estimate: int
+
+
+class DqTiling(_Frozen):
+    """The dQ kernel: a query block of 16 rows per warp stays resident, KV blocks stream."""
+
+    num_warps: int
+    block_m: int
+    block_n: int
+    stages: int
+    smem_bytes: int
+    regs_estimate: int
+
+
+class BwdPlan(_Frozen):
+    spec: AttentionSpec
+    arch: Arch
+    #: attn_bwd_<mask>_hd<d>_<dtype>_<arch>_<pipeline>; entry points append _preprocess, _dkdv, _dq.
+    kernel_name: str
+    dkdv: DkdvTiling
+    dq: DqTiling
+    #: Query rows per block of the preprocess kernel (4 warps x 8 rows).
+    preprocess_rows: int = 32
+    reason: str
+    rejected: tuple[str, ...] = ()
+
+    @property
+    def entry_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.kernel_name}_{k}" for k in ("preprocess", "dkdv", "dq"))
+
+    def summary(self) -> dict[str, object]:
+        return {"kernel_name": self.kernel_name, "arch": self.arch.value, "dkdv": self.dkdv.model_dump(),
+                "dq": self.dq.model_dump(), "preprocess_rows": self.preprocess_rows, "reason": self.reason}

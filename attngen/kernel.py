@@ -43,7 +43,11 @@ class AttentionKernel:
         self.key = f"{spec.name}-{'-'.join(sorted(c.cache_key[:12] or a.value for a, c in cubins.items()))}"
         self._loaded: dict[int, Any] = {}
         self._lock = threading.Lock()
-        op.register_launcher(self.key, self._launch)
+        from .kernel_bwd import BackwardKernels
+
+        #: The backward kernels, compiled on the first backward through this kernel.
+        self.backward = BackwardKernels(spec)
+        op.register_launcher(self.key, self._launch, self.backward)
 
     @property
     def arches(self) -> tuple[Arch, ...]:

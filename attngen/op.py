@@ -16,12 +16,25 @@ if TYPE_CHECKING:
 #: (q, k, v, out, lse, softmax_scale) -> None, launching the kernel into out and lse.
 Launcher = Callable[..., None]
 _LAUNCHERS: dict[str, Launcher] = {}
+#: (dout, q, k, v, out, lse, dlse, softmax_scale) -> (dq, dk, dv).
+_BWD_LAUNCHERS: dict[str, Callable[..., Any]] = {}
 _REGISTERED = False
 
 
-def register_launcher(key: str, launcher: Launcher) -> None:
+def register_launcher(key: str, launcher: Launcher, backward: Callable[..., Any] | None = None) -> None:
     ensure_registered()
     _LAUNCHERS[key] = launcher
+    if backward is not None:
+        _BWD_LAUNCHERS[key] = backward
+
+
+def _usable(t: Any) -> Any:
+    """A tensor the kernels can read: 16-byte aligned rows with a contiguous last dim, else a copy."""
+    import torch
+
+    if t.stride(-1) == 1 and _aligned(t):
+        return t
+    return torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
 
 
 def _aligned(t: "torch.Tensor") -> bool:
@@ -36,8 +49,7 @@ def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str) -> Any:
     if launcher is None:
         raise ValueError(f"kernel '{kernel}' is not loaded in this process; build it with attngen.compile")
     # A fresh allocation is aligned; .contiguous() alone would return a misaligned tensor as it is.
-    q, k, v = (t if _aligned(t) else torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
-               for t in (q, k, v))
+    q, k, v = (_usable(t) for t in (q, k, v))
     batch, seqlen_q, heads, _ = q.shape
     fill = math.nan if env.poison_outputs() else None
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -58,6 +70,36 @@ def _fwd_fake(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str) -> Any:
     return out, q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
 
 
+def _bwd_impl(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, dlse: Any, softmax_scale: float,
+              kernel: str) -> Any:
+    backward = _BWD_LAUNCHERS.get(kernel)
+    if backward is None:
+        raise ValueError(f"kernel '{kernel}' has no backward loaded in this process; build it with attngen.compile")
+    dout, q, k, v, out = (_usable(t) for t in (dout, q, k, v, out))
+    if dlse is not None:
+        dlse = dlse.contiguous()
+    return backward(dout, q, k, v, out, lse.contiguous(), dlse, softmax_scale)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+    q, k, v, softmax_scale, kernel = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.softmax_scale = softmax_scale
+    ctx.kernel = kernel
+
+
+def _backward(ctx: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
+    import torch
+
+    q, k, v, out, lse = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.attngen.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, ctx.softmax_scale,
+                                                 ctx.kernel)
+    return dq, dk, dv, None, None
+
+
 def ensure_registered() -> None:
     global _REGISTERED
     if _REGISTERED:
@@ -75,8 +117,21 @@ def ensure_registered() -> None:
                            kernel: str) -> tuple[Tensor, Tensor]:
         return _fwd_fake(q, k, v, softmax_scale, kernel)
 
+    def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                      dlse: Tensor | None, softmax_scale: float, kernel: str) -> tuple[Tensor, Tensor, Tensor]:
+        return _bwd_impl(dout, q, k, v, out, lse, dlse, softmax_scale, kernel)
+
+    def attention_bwd_fake(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                           dlse: Tensor | None, softmax_scale: float, kernel: str) -> tuple[Tensor, Tensor, Tensor]:
+        return (torch.empty_like(q, memory_format=torch.contiguous_format),
+                torch.empty_like(k, memory_format=torch.contiguous_format),
+                torch.empty_like(v, memory_format=torch.contiguous_format))
+
     op = torch.library.custom_op("attngen::attention_fwd", mutates_args=(), device_types="cuda")(attention_fwd)
     op.register_fake(attention_fwd_fake)
+    bwd = torch.library.custom_op("attngen::attention_bwd", mutates_args=(), device_types="cuda")(attention_bwd)
+    bwd.register_fake(attention_bwd_fake)
+    op.register_autograd(_backward, setup_context=_setup_context)
     _REGISTERED = True
 
 

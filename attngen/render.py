@@ -8,13 +8,14 @@ from functools import lru_cache
 import jinja2
 
 from . import __version__
-from .abi import FWD_PARAMS
+from .abi import BWD_PARAMS, FWD_PARAMS
 from .artifacts import KernelSource
 from .cxx import DTYPE_TAGS
-from .ir import KernelPlan
+from .ir import BwdPlan, KernelPlan
 from .paths import templates_dir
 
 FWD_TEMPLATE = "attn_fwd.cu.j2"
+BWD_TEMPLATE = "attn_bwd.cu.j2"
 
 
 @lru_cache(maxsize=1)
@@ -34,7 +35,7 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def _spec_line(plan: KernelPlan) -> str:
+def _spec_line(plan: KernelPlan | BwdPlan) -> str:
     s = plan.spec
     window = f" window={list(s.window)}" if s.window else ""
     return f"head_dim={s.head_dim} dtype={s.dtype.value} mask={s.mask.value}{window}"
@@ -71,3 +72,37 @@ def context(plan: KernelPlan) -> dict[str, object]:
 def render(plan: KernelPlan) -> KernelSource:
     code = _environment().get_template(FWD_TEMPLATE).render(**context(plan))
     return KernelSource(plan=plan, code=code, entry_names=(plan.kernel_name,), spec_hash=plan.spec.spec_hash())
+
+
+def _bwd_plan_line(plan: BwdPlan) -> str:
+    a, b = plan.dkdv, plan.dq
+    return (f"dkdv {a.block_n}x{a.block_m} warps={a.num_warps} d_chunk={a.d_chunk} smem={a.smem_bytes}B; "
+            f"dq {b.block_m}x{b.block_n} warps={b.num_warps} smem={b.smem_bytes}B")
+
+
+def bwd_context(plan: BwdPlan) -> dict[str, object]:
+    """Every value the backward template reads."""
+    spec = plan.spec
+    return {
+        "version": __version__,
+        "spec": spec,
+        "spec_hash": spec.spec_hash(),
+        "spec_line": _spec_line(plan),
+        "plan_line": _bwd_plan_line(plan),
+        "arch": plan.arch.value,
+        "kernel_name": plan.kernel_name,
+        "dtype": DTYPE_TAGS[spec.dtype],
+        "head_dim": spec.head_dim,
+        "swizzle_chunks": 8 if spec.head_dim % 64 == 0 else 4,
+        "window_left": spec.window_left,
+        "window_right": spec.window_right,
+        "bwd": plan,
+        "params": BWD_PARAMS,
+    }
+
+
+def render_bwd(plan: BwdPlan) -> KernelSource:
+    """The backward kernels (preprocess, dK/dV, dQ) of one spec and arch, in one source."""
+    code = _environment().get_template(BWD_TEMPLATE).render(**bwd_context(plan))
+    return KernelSource(plan=plan, code=code, entry_names=plan.entry_names,  # type: ignore[arg-type]
+                        spec_hash=plan.spec.spec_hash())

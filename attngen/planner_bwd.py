@@ -1,0 +1,138 @@
+"""Plan the backward pass: budgets for the dK/dV and dQ kernels, computed here and nowhere else.
+
+The backward holds more tiles at once than the forward (K and V resident with streaming Q and dO,
+four GEMMs per step), so it is budgeted separately. dK and dV accumulate in registers; when they
+do not fit beside the scores, a block owns only a slice of the head dim (d_chunk) and blocks of
+other slices recompute S and dP: the cost model charges that recomputation.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .archs import ArchInfo, arch_info
+from .errors import PlanError
+from .ir import BwdPlan, DkdvTiling, DqTiling
+from .planner import ITER_OVERHEAD_CLK, MAX_COPIES_PER_THREAD, kernel_name
+from .spec import Arch, AttentionSpec, PipelineKind
+
+DKDV_WARPS = (4, 8)
+DKDV_BLOCK_MS = (16, 32, 64, 128)
+DQ_WARPS = (4, 8)
+DQ_BLOCK_NS = (32, 64, 128)
+BWD_STAGES = 2
+#: Registers beside the accumulators and score tiles (pointers, loop state, fragments, ldmatrix
+#: offsets); calibrated with -Xptxas=-v on sm_90a (benchmarks/NOTES.md).
+BWD_REG_OVERHEAD = 64
+REF_SEQLEN = 4096
+REF_HIDDEN = 2048
+
+
+def d_chunks(spec: AttentionSpec) -> list[int]:
+    """Head-dim slices a dK/dV block may own: whole swizzle groups that divide the head dim."""
+    group = 64 if spec.head_dim % 64 == 0 else 32
+    return [c for c in range(group, spec.head_dim + 1, group) if spec.head_dim % c == 0]
+
+
+def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int) -> int:
+    """K and V resident; per stage a Q tile, a dO tile and block_m floats each of lse and D."""
+    e = spec.dtype.itemsize
+    return 2 * block_n * spec.head_dim * e + stages * (2 * block_m * spec.head_dim * e + 2 * block_m * 4)
+
+
+def dq_smem(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> int:
+    """Q and dO resident; per stage a K tile and a V tile."""
+    e = spec.dtype.itemsize
+    return 2 * block_m * spec.head_dim * e + stages * 2 * block_n * spec.head_dim * e
+
+
+def dkdv_registers(block_m: int, d_chunk: int, info: ArchInfo) -> int:
+    """dK + dV slices (16 x d_chunk fp32 each over 32 lanes), S^T and dP^T (16 x block_m each)."""
+    return d_chunk + block_m + BWD_REG_OVERHEAD + info.extra_registers
+
+
+def dq_registers(spec: AttentionSpec, block_n: int, info: ArchInfo) -> int:
+    """dQ (16 x d fp32 over 32 lanes), S and dP (16 x block_n each)."""
+    return spec.head_dim // 2 + block_n + BWD_REG_OVERHEAD + info.extra_registers
+
+
+def _check(info: ArchInfo, spec: AttentionSpec, smem: int, regs: int, rows: int, threads: int) -> str | None:
+    if smem > info.smem_per_block:
+        return f"needs {smem} B of shared memory; {info.arch.value} allows {info.smem_per_block} B per block"
+    if regs > info.max_regs_per_thread:
+        return f"needs ~{regs} registers per thread; at most {info.max_regs_per_thread}: it would spill"
+    copies = -(-(rows * spec.head_dim // 8) // threads)
+    if copies > MAX_COPIES_PER_THREAD:
+        return f"{copies} cp.async copies per thread per tile; above {MAX_COPIES_PER_THREAD} ptxas spills"
+    return None
+
+
+def _dkdv_cost(spec: AttentionSpec, info: ArchInfo, t: DkdvTiling) -> float:
+    """Relative time at the reference workload: tensor work (S^T and dP^T recomputed per slice),
+    Q/dO re-reads per KV block, and per-step overhead."""
+    n, d = REF_SEQLEN, spec.head_dim
+    pairs = (REF_HIDDEN // d) * n * n
+    chunks = d // t.d_chunk
+    flops = pairs * (chunks * 4 * d + 4 * d)
+    reread = (REF_HIDDEN // d) * (n // t.block_n) * chunks * n * d * 4
+    steps = (REF_HIDDEN // d) * (n // t.block_n) * chunks * (n // t.block_m)
+    clk = info.clock_ghz * 1e3
+    return (flops / (info.mma_flops_per_clk * info.num_sms_hint * clk) + reread / (3 * info.hbm_gbps * 1e3)
+            + steps * ITER_OVERHEAD_CLK / (info.num_sms_hint * clk))
+
+
+def _dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
+    n, d = REF_SEQLEN, spec.head_dim
+    pairs = (REF_HIDDEN // d) * n * n
+    flops = pairs * 6 * d
+    reread = (REF_HIDDEN // d) * (n // t.block_m) * n * d * 4
+    steps = (REF_HIDDEN // d) * (n // t.block_m) * (n // t.block_n)
+    clk = info.clock_ghz * 1e3
+    return (flops / (info.mma_flops_per_clk * info.num_sms_hint * clk) + reread / (3 * info.hbm_gbps * 1e3)
+            + steps * ITER_OVERHEAD_CLK / (info.num_sms_hint * clk))
+
+
+def _dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> list[DkdvTiling]:
+    out = []
+    for warps, bm, dc in itertools.product(DKDV_WARPS, DKDV_BLOCK_MS, d_chunks(spec)):
+        bn = 16 * warps
+        smem, regs = dkdv_smem(spec, bn, bm, BWD_STAGES), dkdv_registers(bm, dc, info)
+        why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
+        if why:
+            rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: {why}")
+            continue
+        out.append(DkdvTiling(num_warps=warps, block_n=bn, block_m=bm, d_chunk=dc, stages=BWD_STAGES,
+                              smem_bytes=smem, regs_estimate=regs))
+    return out
+
+
+def _dq_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> list[DqTiling]:
+    out = []
+    for warps, bn in itertools.product(DQ_WARPS, DQ_BLOCK_NS):
+        bm = 16 * warps
+        smem, regs = dq_smem(spec, bm, bn, BWD_STAGES), dq_registers(spec, bn, info)
+        why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
+        if why:
+            rejected.append(f"dq {bm}x{bn}: {why}")
+            continue
+        out.append(DqTiling(num_warps=warps, block_m=bm, block_n=bn, stages=BWD_STAGES, smem_bytes=smem,
+                            regs_estimate=regs))
+    return out
+
+
+def plan_bwd(spec: AttentionSpec, arch: Arch | str) -> BwdPlan:
+    """The backward kernels' tiles for `spec` on `arch`; PlanError when none fits."""
+    arch = Arch(arch)
+    info = arch_info(arch)
+    rejected: list[str] = []
+    dkdv = sorted(_dkdv_candidates(spec, info, rejected), key=lambda t: _dkdv_cost(spec, info, t))
+    dq = sorted(_dq_candidates(spec, info, rejected), key=lambda t: _dq_cost(spec, info, t))
+    if not dkdv or not dq:
+        raise PlanError(f"no backward tiling of spec '{spec.name}' fits {arch.value}:\n  "
+                        + "\n  ".join(rejected[:8]) + "\nRemedy: target an arch with more shared memory.")
+    best, best_dq = dkdv[0], dq[0]
+    reason = (f"dkdv: fewest head-dim slices ({spec.head_dim // best.d_chunk}) and lowest predicted cost of "
+              f"{len(dkdv)} fitting; dq: lowest predicted cost of {len(dq)} fitting")
+    name = kernel_name(spec, arch, PipelineKind.multistage).replace("attn_fwd_", "attn_bwd_", 1)
+    return BwdPlan(spec=spec, arch=arch, kernel_name=name,
+                   dkdv=best, dq=best_dq, reason=reason, rejected=tuple(rejected))

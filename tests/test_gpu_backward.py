@@ -1,0 +1,161 @@
+"""GPU tests of the backward pass: gradients of every catalogue spec against float64 autograd.
+
+Run on a machine with a CUDA device: `python -m pytest -m gpu`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: the GPU tests run on a machine with one", allow_module_level=True)
+
+import attngen  # noqa: E402
+from attngen.catalogue import load_catalogue  # noqa: E402
+from attngen.spec import AttentionSpec, DType  # noqa: E402
+
+from .gpu_reference import reference, relative_error  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+GRAD_TOLERANCE = {DType.fp16: 5e-3, DType.bf16: 2e-2}
+#: (batch, seqlen_q, seqlen_k, heads, kv_heads)
+SHAPES = [
+    (2, 1, 1, 2, 2),
+    (1, 17, 17, 8, 1),
+    (1, 1000, 1000, 4, 4),
+    (1, 257, 1000, 4, 2),
+    (1, 1000, 129, 2, 1),
+    (1, 4097, 4097, 2, 2),
+]
+CATALOGUE = load_catalogue()
+_KERNELS: dict[str, attngen.AttentionKernel] = {}
+
+
+def _kernel(spec: AttentionSpec) -> attngen.AttentionKernel:
+    if spec.name not in _KERNELS:
+        _KERNELS[spec.name] = attngen.compile(spec)
+    return _KERNELS[spec.name]
+
+
+def _inputs(spec: AttentionSpec, shape: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
+    b, sq, sk, h, kvh = shape
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dtype = torch.float16 if spec.dtype is DType.fp16 else torch.bfloat16
+    d = spec.head_dim
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype, generator=gen)
+    k = torch.randn(b, sk, kvh, d, device="cuda", dtype=dtype, generator=gen)
+    v = torch.randn(b, sk, kvh, d, device="cuda", dtype=dtype, generator=gen)
+    dout = torch.randn(b, sq, h, d, device="cuda", dtype=dtype, generator=gen)
+    return q, k, v, dout
+
+
+def _reference_grads(spec: AttentionSpec, q, k, v, dout, dlse=None):  # type: ignore[no-untyped-def]
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    out, lse = reference(q64, k64, v64, spec.window_left, spec.window_right)
+    loss = (out * dout.double()).sum()
+    if dlse is not None:
+        loss = loss + (torch.where(torch.isinf(lse), 0.0, lse) * dlse.double()).sum()
+    loss.backward()
+    return q64.grad, k64.grad, v64.grad
+
+
+def _grads(kernel, q, k, v, dout, dlse=None):  # type: ignore[no-untyped-def]
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out, lse = kernel(q, k, v, return_lse=True)
+    loss = (out * dout).sum()
+    if dlse is not None:
+        loss = loss + (torch.where(torch.isinf(lse), 0.0, lse) * dlse).sum()
+    loss.backward()
+    return q.grad, k.grad, v.grad
+
+
+def _check(spec: AttentionSpec, q, k, v, dout, dlse=None) -> None:  # type: ignore[no-untyped-def]
+    got = _grads(_kernel(spec), q, k, v, dout, dlse)
+    want = _reference_grads(spec, q, k, v, dout, dlse)
+    for name, g, r in zip(("dq", "dk", "dv"), got, want, strict=True):
+        assert g.shape == r.shape, f"{name} shape {tuple(g.shape)} != {tuple(r.shape)}"
+        err = relative_error(g, r)
+        assert err < GRAD_TOLERANCE[spec.dtype], f"{spec.name} {tuple(q.shape)} {tuple(k.shape)}: {name} {err:.2e}"
+
+
+@pytest.mark.parametrize("spec", CATALOGUE, ids=lambda s: s.name)
+def test_catalogue_gradients(spec: AttentionSpec) -> None:
+    for i, shape in enumerate(SHAPES):
+        q, k, v, dout = _inputs(spec, shape, seed=100 + i)
+        _check(spec, q, k, v, dout)
+
+
+@pytest.mark.parametrize("window", [(0, 0), (5, 3), (64, -1), (-1, 7)])
+@pytest.mark.parametrize("head_dim", [64, 96, 192])
+def test_window_gradients(window: tuple[int, int], head_dim: int) -> None:
+    spec = AttentionSpec(name=f"bw{window[0]}_{window[1]}_hd{head_dim}", head_dim=head_dim, dtype="fp16",
+                         mask="sliding_window", window=window)
+    for i, shape in enumerate([(1, 333, 333, 4, 2), (1, 129, 700, 2, 1), (1, 700, 129, 2, 2)]):
+        q, k, v, dout = _inputs(spec, shape, seed=7 + i)
+        _check(spec, q, k, v, dout)
+
+
+def test_lse_gradient_and_strided_inputs() -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    qkv = torch.randn(2, 300, 3, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q, k, v = qkv.unbind(dim=2)
+    dout = torch.randn(2, 300, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    dlse = torch.randn(2, 4, 300, device="cuda", dtype=torch.float32, generator=gen)
+    _check(spec, q, k, v, dout, dlse)
+
+
+def test_sum_backward_with_expanded_grad() -> None:
+    """out.sum().backward() hands the op a stride-0 gradient."""
+    spec = AttentionSpec(head_dim=64, dtype="bf16")
+    q, k, v, _ = _inputs(spec, (1, 100, 100, 2, 2), seed=3)
+    _check(spec, q, k, v, torch.ones_like(q))
+
+
+def test_deterministic_gradients_are_bitwise_equal() -> None:
+    spec = AttentionSpec(name="det", head_dim=128, dtype="bf16", mask="causal")
+    kernel = _kernel(spec)
+    q, k, v, dout = _inputs(spec, (2, 2048, 2048, 8, 2), seed=5)
+    first = _grads(kernel, q, k, v, dout)
+    second = _grads(kernel, q, k, v, dout)
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_torch_compile_backward_matches_eager() -> None:
+    spec = AttentionSpec(head_dim=64, dtype="bf16", mask="causal")
+    kernel = _kernel(spec)
+
+    def step(q, k, v):  # type: ignore[no-untyped-def]
+        return (kernel(q * 1.0, k, v) ** 2).sum()
+
+    q, k, v, _ = _inputs(spec, (2, 300, 300, 4, 2), seed=11)
+    grads = []
+    for fn in (step, torch.compile(step, fullgraph=True)):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        fn(*leaves).backward()
+        grads.append([t.grad for t in leaves])
+    for a, b in zip(*grads, strict=True):
+        assert torch.isfinite(b.float()).all() and torch.equal(a, b)
+
+
+def test_backward_memory_grows_linearly() -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    kernel = _kernel(spec)
+    peaks = {}
+    for seqlen in (4096, 16384):
+        q, k, v, dout = _inputs(spec, (1, seqlen, 8, 8, 8), seed=1)
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        kernel(q, k, v).backward(dout)
+        torch.cuda.synchronize()
+        peaks[seqlen] = torch.cuda.max_memory_allocated() - base
+        del q, k, v, dout
+    ratio = peaks[16384] / peaks[4096]
+    print(f"peak extra memory fwd+bwd: 4k {peaks[4096] / 2**20:.1f} MiB, 16k {peaks[16384] / 2**20:.1f} MiB, "
+          f"ratio {ratio:.2f}")
+    assert 3.0 < ratio < 5.0, f"peak memory grew {ratio:.1f}x for 4x the sequence (O(N) expected)"
