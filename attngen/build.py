@@ -63,21 +63,44 @@ def build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin:
     return compile_cached(render_bwd(plan_bwd(spec, Arch(arch))))
 
 
-def manifest(cubin: Cubin, *, compile_seconds: float | None = None) -> dict[str, Any]:
-    """What manifest.json holds: the spec, the plan, each entry point's resources, the toolchain."""
+def try_build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin | str:
+    """The backward cubin, or why the arch's budget cannot hold the backward (a PlanError's text)."""
+    from .errors import PlanError
+
+    try:
+        return build_bwd(spec, arch)
+    except PlanError as exc:
+        return str(exc)
+
+
+def manifest(cubin: Cubin, *, compile_seconds: float | None = None,
+             bwd: Cubin | str | None = None) -> dict[str, Any]:
+    """What manifest.json holds: the spec, the plan, each entry point's resources, the toolchain.
+
+    With `bwd`, the backward entry points join `kernels` and its plan is `backward_plan` (or, when
+    `bwd` is a reason, `backward` says why there is none).
+    """
     from . import __version__
 
     kernel_plan = cubin.source.plan
+    kernels = [r.as_manifest() for r in cubin.resources]
+    if isinstance(bwd, Cubin):
+        kernels += [r.as_manifest() for r in bwd.resources]
     out: dict[str, Any] = {
         "attngen_version": __version__,
         "kernel_name": kernel_plan.kernel_name,
         "spec": kernel_plan.spec.model_dump(mode="json"),
         "arch": kernel_plan.arch.value,
         "plan": kernel_plan.summary(),
-        "kernels": [r.as_manifest() for r in cubin.resources],
+        "kernels": kernels,
         "nvrtc_version": cubin.nvrtc_version,
         "cache_key": cubin.cache_key,
     }
+    if isinstance(bwd, Cubin):
+        out["backward_plan"] = bwd.source.plan.summary()
+        out["backward_cache_key"] = bwd.cache_key
+    elif isinstance(bwd, str):
+        out["backward"] = f"not available: {bwd}"
     seconds = compile_seconds if compile_seconds is not None else cubin.extra.get("compile_seconds")
     if isinstance(seconds, (int, float)):
         out["compile_seconds"] = round(float(seconds), 3)
@@ -88,14 +111,19 @@ def artifact_dir(out_dir: Path | str, spec: AttentionSpec, arch: Arch) -> Path:
     return Path(out_dir) / spec.name / arch.value
 
 
-def write_artifacts(cubin: Cubin, out_dir: Path | str, *, compile_seconds: float | None = None) -> Path:
-    """Write kernel.cu, <kernel_name>.cubin and manifest.json under out_dir/<spec>/<arch>/."""
+def write_artifacts(cubin: Cubin, out_dir: Path | str, *, compile_seconds: float | None = None,
+                    bwd: Cubin | str | None = None) -> Path:
+    """Write kernel.cu, <kernel_name>.cubin and manifest.json under out_dir/<spec>/<arch>/ (and, with a
+    backward cubin, kernel_bwd.cu and its cubin)."""
     kernel_plan = cubin.source.plan
     target = artifact_dir(out_dir, kernel_plan.spec, kernel_plan.arch)
     target.mkdir(parents=True, exist_ok=True)
     _atomic_write(target / "kernel.cu", cubin.source.code.encode())
     _atomic_write(target / f"{kernel_plan.kernel_name}.cubin", cubin.data)
-    text = json.dumps(manifest(cubin, compile_seconds=compile_seconds), indent=2, sort_keys=False) + "\n"
+    if isinstance(bwd, Cubin):
+        _atomic_write(target / "kernel_bwd.cu", bwd.source.code.encode())
+        _atomic_write(target / f"{bwd.source.plan.kernel_name}.cubin", bwd.data)
+    text = json.dumps(manifest(cubin, compile_seconds=compile_seconds, bwd=bwd), indent=2, sort_keys=False) + "\n"
     _atomic_write(target / "manifest.json", text.encode())
     return target
 
@@ -167,15 +195,17 @@ def build_one(spec: AttentionSpec, arch: Arch, out_dir: str) -> BuildResult:
     start = time.perf_counter()
     try:
         cubin = build(spec, arch)
+        bwd = try_build_bwd(spec, arch)
         seconds = time.perf_counter() - start
-        target = write_artifacts(cubin, out_dir)
+        target = write_artifacts(cubin, out_dir, bwd=bwd)
     except AttngenError as exc:
         return BuildResult(spec.name, arch.value, False, time.perf_counter() - start, error=str(exc))
     except Exception as exc:  # one broken variant must not lose the others
         message = f"{type(exc).__name__}: {exc}"
         return BuildResult(spec.name, arch.value, False, time.perf_counter() - start, error=message)
+    kernels = manifest(cubin, bwd=bwd)["kernels"]
     return BuildResult(spec.name, arch.value, True, seconds, out_dir=target, cached=cubin.from_cache,
-                       plan=cubin.source.plan.summary(), kernels=[r.as_manifest() for r in cubin.resources])
+                       plan=cubin.source.plan.summary(), kernels=kernels)
 
 
 def build_many(specs: Iterable[AttentionSpec], archs: Sequence[Arch | str] | None, out_dir: Path | str,

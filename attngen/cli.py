@@ -206,10 +206,40 @@ def explain(
             _fail("explain takes one arch; pass a single --arch", EXIT_USAGE)
         target = archs[0] if archs else _spec_arch(spec)
         kernel_plan = plan(spec, target)
+        backward = _backward_summary(spec, target)
     if as_json:
-        sys.stdout.write(json.dumps(kernel_plan.summary(), indent=2) + "\n")
+        sys.stdout.write(json.dumps({**kernel_plan.summary(), "backward": backward}, indent=2) + "\n")
         return
     _print_explain(kernel_plan)
+    _print_backward(backward)
+
+
+def _backward_summary(spec: AttentionSpec, arch: Arch) -> dict[str, object]:
+    """The backward kernels' plan, or why the arch's budget cannot hold them."""
+    from .errors import PlanError
+    from .planner_bwd import plan_bwd
+
+    try:
+        return plan_bwd(spec, arch).summary()
+    except PlanError as exc:
+        return {"unavailable": str(exc)}
+
+
+def _print_backward(backward: dict[str, object]) -> None:
+    from rich.markup import escape
+
+    console = _console()
+    if "unavailable" in backward:
+        console.print(f"backward: [dim]{escape(str(backward['unavailable']))}[/]", soft_wrap=True)
+        return
+    a, b = backward["dkdv"], backward["dq"]
+    assert isinstance(a, dict) and isinstance(b, dict)
+    console.print(f"backward: dK/dV {a['block_n']} KV rows x {a['block_m']} query rows per step, {a['num_warps']} "
+                  f"warps, head-dim slice {a['d_chunk']}, {a['smem_bytes']} B, ~{a['regs_estimate']} registers; "
+                  f"dQ {b['block_m']} x {b['block_n']}, {b['num_warps']} warps, head-dim slice {b['d_chunk']}, "
+                  f"{b['smem_bytes']} B, "
+                  f"~{b['regs_estimate']} registers")
+    console.print(f"backward reason: {escape(str(backward['reason']))}", soft_wrap=True)
 
 
 def _spec_arch(spec: AttentionSpec) -> Arch:

@@ -141,6 +141,8 @@ class DqTiling(_Frozen):
     num_warps: int
     block_m: int
     block_n: int
+    #: Head-dim columns of dQ one block owns (the head dim / d_chunk blocks share a query block).
+    d_chunk: int
     stages: int
     smem_bytes: int
     regs_estimate: int

@@ -83,8 +83,8 @@ class BackwardKernels:
         if seqlen_k:
             launch(self._function(device, arch, dkdv, a.smem_bytes), grid_kv, a.num_warps * 32, stream, params)
         if seqlen_q:
-            launch(self._function(device, arch, dq_entry, b.smem_bytes), (-(-seqlen_q // b.block_m), heads, batch),
-                   b.num_warps * 32, stream, params)
+            grid_q = (-(-seqlen_q // b.block_m) * (q.shape[-1] // b.d_chunk), heads, batch)
+            launch(self._function(device, arch, dq_entry, b.smem_bytes), grid_q, b.num_warps * 32, stream, params)
         if not seqlen_k:
             dq.zero_()  # no key: attention is constant 0, every gradient is 0
         return dq, dk, dv

@@ -19,7 +19,7 @@ from .spec import Arch, AttentionSpec, PipelineKind
 DKDV_WARPS = (4, 8)
 DKDV_BLOCK_MS = (16, 32, 64, 128)
 DQ_WARPS = (4, 8)
-DQ_BLOCK_NS = (32, 64, 128)
+DQ_BLOCK_NS = (16, 32, 64, 128)
 BWD_STAGES = 2
 #: Registers beside the accumulators and score tiles (pointers, loop state, fragments, ldmatrix
 #: offsets); calibrated with -Xptxas=-v on sm_90a (benchmarks/NOTES.md).
@@ -51,9 +51,9 @@ def dkdv_registers(block_m: int, d_chunk: int, info: ArchInfo) -> int:
     return d_chunk + block_m + BWD_REG_OVERHEAD + info.extra_registers
 
 
-def dq_registers(spec: AttentionSpec, block_n: int, info: ArchInfo) -> int:
-    """dQ (16 x d fp32 over 32 lanes), S and dP (16 x block_n each)."""
-    return spec.head_dim // 2 + block_n + BWD_REG_OVERHEAD + info.extra_registers
+def dq_registers(block_n: int, d_chunk: int, info: ArchInfo) -> int:
+    """A dQ slice (16 x d_chunk fp32 over 32 lanes), S and dP (16 x block_n each)."""
+    return d_chunk // 2 + block_n + BWD_REG_OVERHEAD + info.extra_registers
 
 
 def _check(info: ArchInfo, spec: AttentionSpec, smem: int, regs: int, rows: int, threads: int) -> str | None:
@@ -84,9 +84,10 @@ def _dkdv_cost(spec: AttentionSpec, info: ArchInfo, t: DkdvTiling) -> float:
 def _dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
     n, d = REF_SEQLEN, spec.head_dim
     pairs = (REF_HIDDEN // d) * n * n
-    flops = pairs * 6 * d
-    reread = (REF_HIDDEN // d) * (n // t.block_m) * n * d * 4
-    steps = (REF_HIDDEN // d) * (n // t.block_m) * (n // t.block_n)
+    chunks = d // t.d_chunk
+    flops = pairs * (chunks * 4 * d + 2 * d)
+    reread = (REF_HIDDEN // d) * (n // t.block_m) * chunks * n * d * 4
+    steps = (REF_HIDDEN // d) * (n // t.block_m) * chunks * (n // t.block_n)
     clk = info.clock_ghz * 1e3
     return (flops / (info.mma_flops_per_clk * info.num_sms_hint * clk) + reread / (3 * info.hbm_gbps * 1e3)
             + steps * ITER_OVERHEAD_CLK / (info.num_sms_hint * clk))
@@ -108,15 +109,15 @@ def _dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -
 
 def _dq_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> list[DqTiling]:
     out = []
-    for warps, bn in itertools.product(DQ_WARPS, DQ_BLOCK_NS):
+    for warps, bn, dc in itertools.product(DQ_WARPS, DQ_BLOCK_NS, d_chunks(spec)):
         bm = 16 * warps
-        smem, regs = dq_smem(spec, bm, bn, BWD_STAGES), dq_registers(spec, bn, info)
+        smem, regs = dq_smem(spec, bm, bn, BWD_STAGES), dq_registers(bn, dc, info)
         why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
         if why:
-            rejected.append(f"dq {bm}x{bn}: {why}")
+            rejected.append(f"dq {bm}x{bn} d_chunk {dc}: {why}")
             continue
-        out.append(DqTiling(num_warps=warps, block_m=bm, block_n=bn, stages=BWD_STAGES, smem_bytes=smem,
-                            regs_estimate=regs))
+        out.append(DqTiling(num_warps=warps, block_m=bm, block_n=bn, d_chunk=dc, stages=BWD_STAGES,
+                            smem_bytes=smem, regs_estimate=regs))
     return out
 
 

@@ -77,7 +77,7 @@ def render(plan: KernelPlan) -> KernelSource:
 def _bwd_plan_line(plan: BwdPlan) -> str:
     a, b = plan.dkdv, plan.dq
     return (f"dkdv {a.block_n}x{a.block_m} warps={a.num_warps} d_chunk={a.d_chunk} smem={a.smem_bytes}B; "
-            f"dq {b.block_m}x{b.block_n} warps={b.num_warps} smem={b.smem_bytes}B")
+            f"dq {b.block_m}x{b.block_n} warps={b.num_warps} d_chunk={b.d_chunk} smem={b.smem_bytes}B")
 
 
 def bwd_context(plan: BwdPlan) -> dict[str, object]:

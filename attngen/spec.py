@@ -7,7 +7,7 @@ import json
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 HEAD_DIMS: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 224, 256)
 """Head dims the kernel templates support: multiples of 32 (the swizzle atom) up to 256."""
@@ -128,6 +128,9 @@ class AttentionSpec(_Frozen):
     arch: tuple[Arch, ...] | None = None
     pipeline: Pipeline = Pipeline()
     tiles: Tiles | None = None
+    #: Bitwise-reproducible gradients (no floating-point atomics). Today's backward never uses atomics,
+    #: so both settings run the same kernels; the option pins the guarantee for later releases.
+    deterministic: StrictBool = False
 
     @field_validator("head_dim")
     @classmethod

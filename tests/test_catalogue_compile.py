@@ -59,3 +59,21 @@ def test_budget_bound_specs_compile_for_other_generations(arch: Arch) -> None:
         assert cubin.source.plan.smem_bytes <= arch_info(arch).smem_per_block
         (res,) = cubin.resources
         assert (res.spill_stores, res.spill_loads) == (0, 0), f"{spec.name} on {arch.value} spills: {res}"
+
+
+@pytest.mark.parametrize("arch", CI_ARCHS, ids=lambda a: a.value)
+def test_catalogue_backward_compiles_with_zero_spills(arch: Arch) -> None:
+    import importlib
+
+    build = importlib.import_module("attngen.build")
+    todo = [spec for spec in CATALOGUE]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        cubins = list(pool.map(lambda spec: build.build_bwd(spec, arch), todo))
+    for spec, cubin in zip(todo, cubins, strict=True):
+        names = sorted(r.name for r in cubin.resources)
+        plan = cubin.source.plan
+        assert names == sorted(plan.entry_names) and all("bwd" in n for n in names)
+        assert plan.dkdv.smem_bytes <= arch_info(arch).smem_per_block
+        for res in cubin.resources:
+            assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), \
+                f"{spec.name} backward on {arch.value} spills: {res}"

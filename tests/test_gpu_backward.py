@@ -159,3 +159,51 @@ def test_backward_memory_grows_linearly() -> None:
     print(f"peak extra memory fwd+bwd: 4k {peaks[4096] / 2**20:.1f} MiB, 16k {peaks[16384] / 2**20:.1f} MiB, "
           f"ratio {ratio:.2f}")
     assert 3.0 < ratio < 5.0, f"peak memory grew {ratio:.1f}x for 4x the sequence (O(N) expected)"
+
+
+def test_training_steps_match_sdpa() -> None:
+    """A small causal transformer layer trained a few steps with attngen and with SDPA: same losses."""
+    spec = AttentionSpec(head_dim=64, dtype="bf16", mask="causal")
+    kernel = _kernel(spec)
+
+    class Layer(torch.nn.Module):
+        def __init__(self, use_attngen: bool) -> None:
+            super().__init__()
+            self.use_attngen = use_attngen
+            self.qkv = torch.nn.Linear(256, 3 * 256)
+            self.proj = torch.nn.Linear(256, 256)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
+            self.norm1, self.norm2 = torch.nn.LayerNorm(256), torch.nn.LayerNorm(256)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, 4, 64).to(torch.bfloat16).unbind(dim=2)
+            if self.use_attngen:
+                att = kernel(q, k, v)
+            else:
+                att = torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
+            x = x + self.proj(att.reshape(b, s, 256).float())
+            return x + self.mlp(self.norm2(x))
+
+    torch.manual_seed(0)
+    ours, theirs = Layer(True).cuda(), Layer(False).cuda()
+    theirs.load_state_dict(ours.state_dict())
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(4, 256, 256, device="cuda", generator=gen)
+    target = torch.randn(4, 256, 256, device="cuda", generator=gen)
+    losses = []
+    for model in (ours, theirs):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        trace = []
+        for _ in range(8):
+            loss = torch.nn.functional.mse_loss(model(x), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            trace.append(loss.item())
+        losses.append(trace)
+    print("losses attngen", [f"{v:.4f}" for v in losses[0]], "sdpa", [f"{v:.4f}" for v in losses[1]])
+    assert losses[0][-1] < losses[0][0]
+    for a, b in zip(*losses, strict=True):
+        assert abs(a - b) / b < 1e-2, losses
