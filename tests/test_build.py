@@ -95,6 +95,7 @@ def test_build_many_reports_failure_and_builds_the_rest(tmp_path: Path,
         return _fake_cubin(spec, arch, from_cache=arch is Arch.sm80)
 
     monkeypatch.setattr(B, "build", fake_build)
+    monkeypatch.setattr(B, "try_build_bwd", lambda spec, arch: "not built in this test")
     seen: list[tuple[str, str, int, int]] = []
     results = B.build_many([_spec(name="good"), _spec(name="bad")], ["sm80", "sm90"], tmp_path, jobs=1,
                            progress=lambda r, done, total: seen.append((r.spec_name, r.arch, done, total)))
@@ -159,3 +160,17 @@ def test_build_replans_around_spills(monkeypatch: pytest.MonkeyPatch) -> None:
     rejected = [c for c in plan.candidates if c.tiling == first[0]]
     assert rejected and "spilled 32 B" in rejected[0].reason and not rejected[0].fits
     assert isinstance(cubin.resources[0], KernelResources) and cubin.resources[0].spill_stores == 0
+
+
+def test_artifacts_carry_the_backward_kernels(tmp_path: Path) -> None:
+    spec = _spec(head_dim=64)
+    cubin, bwd = B.build(spec, "sm90"), B.build_bwd(spec, "sm90")
+    target = B.write_artifacts(cubin, tmp_path, bwd=bwd)
+    data = json.loads((target / "manifest.json").read_text())
+    names = [k["name"] for k in data["kernels"]]
+    assert names[0] == cubin.source.plan.kernel_name
+    assert sorted(n for n in names if "bwd" in n) == sorted(bwd.source.plan.entry_names)
+    assert data["backward_plan"]["dkdv"]["block_n"] > 0
+    assert (target / "kernel_bwd.cu").is_file() and (target / f"{bwd.source.plan.kernel_name}.cubin").is_file()
+    unavailable = B.manifest(cubin, bwd="the budget cannot hold it")
+    assert unavailable["backward"].startswith("not available") and len(unavailable["kernels"]) == 1
