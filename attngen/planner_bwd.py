@@ -67,30 +67,29 @@ def _check(info: ArchInfo, spec: AttentionSpec, smem: int, regs: int, rows: int,
     return None
 
 
-def _dkdv_cost(spec: AttentionSpec, info: ArchInfo, t: DkdvTiling) -> float:
-    """Relative time at the reference workload: tensor work (S^T and dP^T recomputed per slice),
-    Q/dO re-reads per KV block, and per-step overhead."""
-    n, d = REF_SEQLEN, spec.head_dim
-    pairs = (REF_HIDDEN // d) * n * n
-    chunks = d // t.d_chunk
-    flops = pairs * (chunks * 4 * d + 4 * d)
-    reread = (REF_HIDDEN // d) * (n // t.block_n) * chunks * n * d * 4
-    steps = (REF_HIDDEN // d) * (n // t.block_n) * chunks * (n // t.block_m)
+def _relative_time(info: ArchInfo, flops: float, reread_bytes: float, steps: float) -> float:
+    """Microseconds: tensor work, re-reads served mostly by L2 (~3x DRAM bandwidth), per-step overhead."""
     clk = info.clock_ghz * 1e3
-    return (flops / (info.mma_flops_per_clk * info.num_sms_hint * clk) + reread / (3 * info.hbm_gbps * 1e3)
+    return (flops / (info.mma_flops_per_clk * info.num_sms_hint * clk) + reread_bytes / (3 * info.hbm_gbps * 1e3)
             + steps * ITER_OVERHEAD_CLK / (info.num_sms_hint * clk))
+
+
+def _dkdv_cost(spec: AttentionSpec, info: ArchInfo, t: DkdvTiling) -> float:
+    """At the reference workload: S^T and dP^T recomputed per head-dim slice, Q/dO re-read per KV block."""
+    n, d, heads = REF_SEQLEN, spec.head_dim, REF_HIDDEN // spec.head_dim
+    chunks = d // t.d_chunk
+    return _relative_time(info, heads * n * n * (chunks * 4 * d + 4 * d),
+                          heads * (n // t.block_n) * chunks * n * d * 4,
+                          heads * (n // t.block_n) * chunks * (n // t.block_m))
 
 
 def _dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
-    n, d = REF_SEQLEN, spec.head_dim
-    pairs = (REF_HIDDEN // d) * n * n
+    """At the reference workload: S and dP recomputed per head-dim slice, K/V re-read per query block."""
+    n, d, heads = REF_SEQLEN, spec.head_dim, REF_HIDDEN // spec.head_dim
     chunks = d // t.d_chunk
-    flops = pairs * (chunks * 4 * d + 2 * d)
-    reread = (REF_HIDDEN // d) * (n // t.block_m) * chunks * n * d * 4
-    steps = (REF_HIDDEN // d) * (n // t.block_m) * chunks * (n // t.block_n)
-    clk = info.clock_ghz * 1e3
-    return (flops / (info.mma_flops_per_clk * info.num_sms_hint * clk) + reread / (3 * info.hbm_gbps * 1e3)
-            + steps * ITER_OVERHEAD_CLK / (info.num_sms_hint * clk))
+    return _relative_time(info, heads * n * n * (chunks * 4 * d + 2 * d),
+                          heads * (n // t.block_m) * chunks * n * d * 4,
+                          heads * (n // t.block_m) * chunks * (n // t.block_n))
 
 
 def _dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> list[DkdvTiling]:

@@ -47,26 +47,27 @@ def _plan_line(plan: KernelPlan) -> str:
             f"warp_m_tiles={t.warp_m_tiles} stages={t.stages} q_in_regs={t.q_in_regs} smem={plan.smem_bytes}B")
 
 
-def context(plan: KernelPlan) -> dict[str, object]:
-    """Every value the forward template reads."""
+def _common_context(plan: KernelPlan | BwdPlan, plan_line: str) -> dict[str, object]:
     spec = plan.spec
     return {
         "version": __version__,
         "spec": spec,
         "spec_hash": spec.spec_hash(),
         "spec_line": _spec_line(plan),
-        "plan_line": _plan_line(plan),
+        "plan_line": plan_line,
         "arch": plan.arch.value,
         "kernel_name": plan.kernel_name,
         "dtype": DTYPE_TAGS[spec.dtype],
         "head_dim": spec.head_dim,
-        "tiling": plan.tiling,
-        "smem": plan.smem,
-        "min_blocks_per_sm": plan.min_blocks_per_sm,
         "window_left": spec.window_left,
         "window_right": spec.window_right,
-        "params": FWD_PARAMS,
     }
+
+
+def context(plan: KernelPlan) -> dict[str, object]:
+    """Every value the forward template reads."""
+    return {**_common_context(plan, _plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
+            "min_blocks_per_sm": plan.min_blocks_per_sm, "params": FWD_PARAMS}
 
 
 def render(plan: KernelPlan) -> KernelSource:
@@ -82,23 +83,8 @@ def _bwd_plan_line(plan: BwdPlan) -> str:
 
 def bwd_context(plan: BwdPlan) -> dict[str, object]:
     """Every value the backward template reads."""
-    spec = plan.spec
-    return {
-        "version": __version__,
-        "spec": spec,
-        "spec_hash": spec.spec_hash(),
-        "spec_line": _spec_line(plan),
-        "plan_line": _bwd_plan_line(plan),
-        "arch": plan.arch.value,
-        "kernel_name": plan.kernel_name,
-        "dtype": DTYPE_TAGS[spec.dtype],
-        "head_dim": spec.head_dim,
-        "swizzle_chunks": 8 if spec.head_dim % 64 == 0 else 4,
-        "window_left": spec.window_left,
-        "window_right": spec.window_right,
-        "bwd": plan,
-        "params": BWD_PARAMS,
-    }
+    return {**_common_context(plan, _bwd_plan_line(plan)), "bwd": plan, "params": BWD_PARAMS,
+            "swizzle_chunks": 8 if plan.spec.head_dim % 64 == 0 else 4}
 
 
 def render_bwd(plan: BwdPlan) -> KernelSource:
