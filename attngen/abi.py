@@ -46,6 +46,7 @@ BWD_PARAMS: tuple[Field, ...] = (
     Field("dq", "void*", _PTR),
     Field("dk", "void*", _PTR),
     Field("dv", "void*", _PTR),
+    Field("dq_accum", "float*", _PTR),
     *(Field(f"{t}_{s}_stride", "long long", _I64)
       for t in ("q", "k", "v", "o", "dout", "dq", "dk", "dv") for s in ("batch", "row", "head")),
     Field("seqlen_q", "int", _I32),

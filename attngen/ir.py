@@ -157,6 +157,9 @@ class BwdPlan(_Frozen):
     dq: DqTiling
     #: Query rows per block of the preprocess kernel (4 warps x 8 rows).
     preprocess_rows: int = 32
+    #: dQ accumulated by the dK/dV kernel with fp32 atomics (5 GEMMs per tile pair, run-to-run
+    #: rounding may differ); False: the atomic-free dQ kernel (7 GEMMs, bitwise reproducible).
+    dq_atomic: bool = False
     reason: str
     rejected: tuple[str, ...] = ()
 
@@ -166,4 +169,5 @@ class BwdPlan(_Frozen):
 
     def summary(self) -> dict[str, object]:
         return {"kernel_name": self.kernel_name, "arch": self.arch.value, "dkdv": self.dkdv.model_dump(),
-                "dq": self.dq.model_dump(), "preprocess_rows": self.preprocess_rows, "reason": self.reason}
+                "dq": self.dq.model_dump(), "dq_atomic": self.dq_atomic, "preprocess_rows": self.preprocess_rows,
+                "reason": self.reason}

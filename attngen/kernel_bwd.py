@@ -57,12 +57,16 @@ class BackwardKernels:
         batch, seqlen_q, heads, _ = q.shape
         seqlen_k, kv_heads = k.shape[1], k.shape[2]
         delta = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+        atomic = plan.dq_atomic  # type: ignore[attr-defined]
+        dq_accum = torch.zeros((batch, seqlen_q, heads, q.shape[-1]), dtype=torch.float32, device=q.device) \
+            if atomic else delta
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
         params = _Params(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
                          lse=lse.data_ptr(), delta=delta.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
-                         dv=dv.data_ptr(), seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads=heads, kv_heads=kv_heads,
+                         dv=dv.data_ptr(), dq_accum=dq_accum.data_ptr(), seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                         heads=heads, kv_heads=kv_heads,
                          scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
         for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout), ("dq", dq), ("dk", dk),
                         ("dv", dv)):
@@ -82,7 +86,10 @@ class BackwardKernels:
         grid_kv = (-(-seqlen_k // a.block_n) * (q.shape[-1] // a.d_chunk), kv_heads, batch)
         if seqlen_k:
             launch(self._function(device, arch, dkdv, a.smem_bytes), grid_kv, a.num_warps * 32, stream, params)
-        if seqlen_q:
+        if atomic:
+            torch.mul(dq_accum, softmax_scale, out=dq_accum)
+            dq.copy_(dq_accum)  # the conversion step: fp32 accumulator to the input dtype
+        elif seqlen_q:
             grid_q = (-(-seqlen_q // b.block_m) * (q.shape[-1] // b.d_chunk), heads, batch)
             launch(self._function(device, arch, dq_entry, b.smem_bytes), grid_q, b.num_warps * 32, stream, params)
         if not seqlen_k:

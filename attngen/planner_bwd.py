@@ -25,6 +25,8 @@ BWD_STAGES = 2
 #: offsets); calibrated with -Xptxas=-v on sm_90a (benchmarks/NOTES.md).
 BWD_REG_OVERHEAD = 64
 REF_SEQLEN = 4096
+#: Non-deterministic specs let the dK/dV kernel accumulate dQ with atomics (FlashAttention-2's order).
+USE_ATOMIC_DQ = True
 REF_HIDDEN = 2048
 
 
@@ -34,10 +36,26 @@ def d_chunks(spec: AttentionSpec) -> list[int]:
     return [c for c in range(group, spec.head_dim + 1, group) if spec.head_dim % c == 0]
 
 
-def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int) -> int:
-    """K and V resident; per stage a Q tile, a dO tile and block_m floats each of lse and D."""
+#: dQ columns each warp of the dK/dV kernel accumulates with atomics: at most 16 registers.
+MAX_ATOMIC_DQ_COLS = 32
+
+
+def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_atomic: bool = False) -> int:
+    """K and V resident; per stage a Q tile, a dO tile and block_m floats each of lse and D; with
+    atomic dQ, the dS^T tile (rows padded by 16 bytes)."""
     e = spec.dtype.itemsize
-    return 2 * block_n * spec.head_dim * e + stages * (2 * block_m * spec.head_dim * e + 2 * block_m * 4)
+    ds = block_n * (block_m + 8) * e if dq_atomic else 0
+    return 2 * block_n * spec.head_dim * e + stages * (2 * block_m * spec.head_dim * e + 2 * block_m * 4) + ds
+
+
+def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int) -> int | None:
+    """dQ columns per warp when the dK/dV kernel computes dQ: warps tile (block_m / 16) x the rest;
+    None when that tiling does not exist or needs too many registers."""
+    warps_m = block_m // 16
+    if warps_m > num_warps or num_warps % warps_m:
+        return None
+    cols = d_chunk // (num_warps // warps_m)
+    return cols if cols % 16 == 0 and cols <= MAX_ATOMIC_DQ_COLS else None
 
 
 def dq_smem(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> int:
@@ -46,9 +64,11 @@ def dq_smem(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> int
     return 2 * block_m * spec.head_dim * e + stages * 2 * block_n * spec.head_dim * e
 
 
-def dkdv_registers(block_m: int, d_chunk: int, info: ArchInfo) -> int:
-    """dK + dV slices (16 x d_chunk fp32 each over 32 lanes), S^T and dP^T (16 x block_m each)."""
-    return d_chunk + block_m + BWD_REG_OVERHEAD + info.extra_registers
+def dkdv_registers(block_m: int, d_chunk: int, info: ArchInfo, dq_cols: int = 0) -> int:
+    """dK + dV slices (16 x d_chunk fp32 each over 32 lanes), S^T and dP^T (16 x block_m each), and
+    with atomic dQ its 16 x dq_cols accumulator plus addresses."""
+    atomic = dq_cols // 2 + 8 if dq_cols else 0
+    return d_chunk + block_m + BWD_REG_OVERHEAD + info.extra_registers + atomic
 
 
 def dq_registers(block_n: int, d_chunk: int, info: ArchInfo) -> int:
@@ -74,11 +94,12 @@ def _relative_time(info: ArchInfo, flops: float, reread_bytes: float, steps: flo
             + steps * ITER_OVERHEAD_CLK / (info.num_sms_hint * clk))
 
 
-def _dkdv_cost(spec: AttentionSpec, info: ArchInfo, t: DkdvTiling) -> float:
-    """At the reference workload: S^T and dP^T recomputed per head-dim slice, Q/dO re-read per KV block."""
+def _dkdv_cost(spec: AttentionSpec, info: ArchInfo, t: DkdvTiling, dq_atomic: bool) -> float:
+    """At the reference workload: S^T and dP^T recomputed per head-dim slice, Q/dO re-read per KV block
+    (and with atomic dQ, dS K for each slice)."""
     n, d, heads = REF_SEQLEN, spec.head_dim, REF_HIDDEN // spec.head_dim
     chunks = d // t.d_chunk
-    return _relative_time(info, heads * n * n * (chunks * 4 * d + 4 * d),
+    return _relative_time(info, heads * n * n * (chunks * 4 * d + (6 if dq_atomic else 4) * d),
                           heads * (n // t.block_n) * chunks * n * d * 4,
                           heads * (n // t.block_n) * chunks * (n // t.block_m))
 
@@ -92,11 +113,18 @@ def _dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
                           heads * (n // t.block_m) * chunks * (n // t.block_n))
 
 
-def _dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> list[DkdvTiling]:
+def _dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str],
+                     dq_atomic: bool) -> list[DkdvTiling]:
     out = []
     for warps, bm, dc in itertools.product(DKDV_WARPS, DKDV_BLOCK_MS, d_chunks(spec)):
         bn = 16 * warps
-        smem, regs = dkdv_smem(spec, bn, bm, BWD_STAGES), dkdv_registers(bm, dc, info)
+        dq_cols = atomic_dq_cols(warps, bm, dc) if dq_atomic else 0
+        if dq_cols is None:
+            rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: no warp tiling of its dQ slice within "
+                            f"{MAX_ATOMIC_DQ_COLS} columns per warp")
+            continue
+        smem = dkdv_smem(spec, bn, bm, BWD_STAGES, dq_atomic)
+        regs = dkdv_registers(bm, dc, info, dq_cols)
         why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
         if why:
             rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: {why}")
@@ -125,14 +153,20 @@ def plan_bwd(spec: AttentionSpec, arch: Arch | str) -> BwdPlan:
     arch = Arch(arch)
     info = arch_info(arch)
     rejected: list[str] = []
-    dkdv = sorted(_dkdv_candidates(spec, info, rejected), key=lambda t: _dkdv_cost(spec, info, t))
+    dq_atomic = not spec.deterministic and USE_ATOMIC_DQ
+    dkdv = sorted(_dkdv_candidates(spec, info, rejected, dq_atomic),
+                  key=lambda t: _dkdv_cost(spec, info, t, dq_atomic))
+    if not dkdv and dq_atomic:  # the atomic-free kernels need less: fall back to them
+        dq_atomic = False
+        dkdv = sorted(_dkdv_candidates(spec, info, rejected, False), key=lambda t: _dkdv_cost(spec, info, t, False))
     dq = sorted(_dq_candidates(spec, info, rejected), key=lambda t: _dq_cost(spec, info, t))
     if not dkdv or not dq:
         raise PlanError(f"no backward tiling of spec '{spec.name}' fits {arch.value}:\n  "
                         + "\n  ".join(rejected[:8]) + "\nRemedy: target an arch with more shared memory.")
     best, best_dq = dkdv[0], dq[0]
     reason = (f"dkdv: fewest head-dim slices ({spec.head_dim // best.d_chunk}) and lowest predicted cost of "
-              f"{len(dkdv)} fitting; dq: lowest predicted cost of {len(dq)} fitting")
+              f"{len(dkdv)} fitting; dq: {'accumulated with atomics in dkdv' if dq_atomic else 'atomic-free kernel'}"
+              f", lowest predicted cost of {len(dq)} fitting")
     name = kernel_name(spec, arch, PipelineKind.multistage).replace("attn_fwd_", "attn_bwd_", 1)
     return BwdPlan(spec=spec, arch=arch, kernel_name=name,
-                   dkdv=best, dq=best_dq, reason=reason, rejected=tuple(rejected))
+                   dkdv=best, dq=best_dq, dq_atomic=dq_atomic, reason=reason, rejected=tuple(rejected))
