@@ -30,8 +30,12 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
         assert all("bwd" in name for name in p.entry_names) and len(p.entry_names) == 3
 
 
-def test_deterministic_specs_never_use_atomics() -> None:
+def test_deterministic_specs_never_use_atomics(monkeypatch: pytest.MonkeyPatch) -> None:
+    import attngen.planner_bwd as pb
+
     base = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    assert not plan_bwd(base, "sm90").dq_atomic  # atomic dQ is off by default (measured slower)
+    monkeypatch.setattr(pb, "USE_ATOMIC_DQ", True)
     assert plan_bwd(base, "sm90").dq_atomic
     det = base.model_copy(update={"deterministic": True})
     assert not plan_bwd(det, "sm90").dq_atomic
@@ -46,8 +50,25 @@ def test_atomic_dq_tiling_and_registers() -> None:
     assert dkdv_registers(32, 128, info, 32) == dkdv_registers(32, 128, info) + 16 + 8
 
 
-def test_hd256_backward_on_small_smem_falls_back_or_explains() -> None:
+def test_hd256_backward_on_small_smem_falls_back_or_explains(monkeypatch: pytest.MonkeyPatch) -> None:
+    import attngen.planner_bwd as pb
+
+    monkeypatch.setattr(pb, "USE_ATOMIC_DQ", True)
     spec = AttentionSpec(head_dim=256, dtype="bf16")
     p = plan_bwd(spec, "sm86")  # fits only without the dS^T tile: the atomic-free kernels
     assert not p.dq_atomic and p.dkdv.smem_bytes <= 101376
     assert any("shared memory" in r for r in p.rejected)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_atomic_dq_variant_compiles_without_spills(head_dim: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The atomic dQ path stays buildable while it is off by default."""
+    import attngen.planner_bwd as pb
+    from attngen.compiler import compile_source
+    from attngen.render import render_bwd
+
+    monkeypatch.setattr(pb, "USE_ATOMIC_DQ", True)
+    p = plan_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal"), "sm90")
+    assert p.dq_atomic
+    cubin = compile_source(render_bwd(p))
+    assert all((r.spill_stores, r.spill_loads) == (0, 0) for r in cubin.resources), cubin.resources
