@@ -106,23 +106,23 @@ def ensure_registered() -> None:
         return
     import torch
 
-    Tensor = torch.Tensor
-
     # The schema comes from these annotations, so they are real types, not strings.
-    def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float,
-                      kernel: str) -> tuple[Tensor, Tensor]:
+    def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
+                      kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
         return _fwd_impl(q, k, v, softmax_scale, kernel)
 
-    def attention_fwd_fake(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float,
-                           kernel: str) -> tuple[Tensor, Tensor]:
+    def attention_fwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
+                           kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
         return _fwd_fake(q, k, v, softmax_scale, kernel)
 
-    def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                      dlse: Tensor | None, softmax_scale: float, kernel: str) -> tuple[Tensor, Tensor, Tensor]:
+    def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                      lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float,
+                      kernel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return _bwd_impl(dout, q, k, v, out, lse, dlse, softmax_scale, kernel)
 
-    def attention_bwd_fake(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                           dlse: Tensor | None, softmax_scale: float, kernel: str) -> tuple[Tensor, Tensor, Tensor]:
+    def attention_bwd_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                           lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float,
+                           kernel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return (torch.empty_like(q, memory_format=torch.contiguous_format),
                 torch.empty_like(k, memory_format=torch.contiguous_format),
                 torch.empty_like(v, memory_format=torch.contiguous_format))
