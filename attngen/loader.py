@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .errors import SpecError
 from .spec import AttentionSpec
-from .spec_messages import MODELS, ALLOWED, join_path, short_repr, spec_error_from_validation
+from .spec_messages import ALLOWED, MODELS, join_path, short_repr, spec_error_from_validation
 
 #: Specs are a handful of lines; anything larger is not a spec.
 MAX_SPEC_BYTES = 64 * 1024
