@@ -22,7 +22,7 @@ status=0
 for job in "$@"; do
   case "$job" in
     tests)
-      python3 -m pytest -q -m gpu -p no:cacheprovider tests/ --maxfail=15 --junitxml="$OUT/gpu_tests.xml" 2>&1 \
+      python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/ --maxfail=15 --junitxml="$OUT/gpu_tests.xml" 2>&1 \
         | tee "$OUT/gpu_tests.log" || status=1 ;;
     bench)
       python3 -m attngen.bench --out "$OUT" 2>&1 | tee "$OUT/bench.log" || status=1 ;;

@@ -78,6 +78,7 @@ def _check(spec: AttentionSpec, q, k, v, dout, dlse=None) -> None:  # type: igno
     for name, g, r in zip(("dq", "dk", "dv"), got, want, strict=True):
         assert g.shape == r.shape, f"{name} shape {tuple(g.shape)} != {tuple(r.shape)}"
         err = relative_error(g, r)
+        print(f"bwd {spec.name} q{tuple(q.shape)} k{tuple(k.shape)}: {name} rel err {err:.2e}")
         assert err < GRAD_TOLERANCE[spec.dtype], f"{spec.name} {tuple(q.shape)} {tuple(k.shape)}: {name} {err:.2e}"
 
 

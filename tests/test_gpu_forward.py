@@ -68,6 +68,7 @@ def _check(spec: AttentionSpec, kernel: attngen.AttentionKernel, q, k, v, scale=
     ref_out, ref_lse = reference(q, k, v, spec.window_left, spec.window_right, scale)
     err = relative_error(out, ref_out)
     lerr = lse_error(lse, ref_lse)
+    print(f"fwd {spec.name} q{tuple(q.shape)} k{tuple(k.shape)}: rel err {err:.2e}, lse err {lerr:.2e}")
     assert err < TOLERANCE[spec.dtype], f"{spec.name} {tuple(q.shape)} {tuple(k.shape)}: rel err {err:.2e}"
     assert lerr < LSE_TOLERANCE, f"{spec.name} {tuple(q.shape)} {tuple(k.shape)}: lse err {lerr:.2e}"
 
