@@ -1,0 +1,83 @@
+"""Time every backward tiling the planner finds feasible (dK/dV x dQ), against the SDPA flash backend.
+
+    python benchmarks/sweep_bwd.py --head-dims 64,128 --seqlen 8192 --out sweep_bwd.json
+"""
+
+# ruff: noqa: B023  (each closure is timed before the loop moves on)
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+import triton.testing
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attngen.planner_bwd as pb
+from attngen.cache import compile_cached
+from attngen.kernel import AttentionKernel, current_arch
+from attngen.render import render_bwd
+from attngen.spec import AttentionSpec
+
+
+def variants(spec: AttentionSpec, arch, limit: int):  # type: ignore[no-untyped-def]
+    """Plans for the cheapest `limit` dK/dV tilings, each with the planner's dQ tiling."""
+    base = pb.plan_bwd(spec, arch)
+    info = pb.arch_info(arch)
+    tiles = sorted(pb._dkdv_candidates(spec, info, [], False), key=lambda t: pb._dkdv_cost(spec, info, t, False))
+    dqs = sorted(pb._dq_candidates(spec, info, []), key=lambda t: pb._dq_cost(spec, info, t))
+    out = [base.model_copy(update={"dkdv": t}) for t in tiles[:limit]]
+    out += [base.model_copy(update={"dq": t}) for t in dqs[1:limit]]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--seqlen", type=int, default=8192)
+    ap.add_argument("--limit", type=int, default=6)
+    ap.add_argument("--out", default="sweep_bwd.json")
+    args = ap.parse_args()
+    arch = current_arch()
+    rows = []
+    for d in map(int, args.head_dims.split(",")):
+        for causal in (False, True):
+            spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if causal else "none")
+            s, b, h = args.seqlen, 16384 // args.seqlen, 2048 // d
+            q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+            q, k, v = (t.requires_grad_() for t in (q, k, v))
+            flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                ref = torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2)
+            ref_grads = torch.autograd.grad(ref, (q, k, v), dout, retain_graph=True)
+            ms_flash = triton.testing.do_bench(lambda: torch.autograd.grad(ref, (q, k, v), dout, retain_graph=True),
+                                               warmup=25, rep=100, return_mode="median")
+            kernel = AttentionKernel(spec, {})
+            from attngen.build import build
+
+            kernel.cubins[arch] = build(spec, arch)
+            out = kernel(q, k, v)
+            for i, p in enumerate(variants(spec, arch, args.limit)):
+                kernel.backward.cubins[arch] = compile_cached(render_bwd(p))
+                kernel.backward._loaded.clear()
+                grads = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+                err = max(((g.float() - r.float()).norm() / r.float().norm()).item()
+                          for g, r in zip(grads, ref_grads, strict=True))
+                ms = triton.testing.do_bench(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
+                                             warmup=25, rep=100, return_mode="median")
+                a, c = p.dkdv, p.dq
+                row = {"head_dim": d, "causal": causal, "variant": i, "dkdv": a.model_dump(), "dq": c.model_dump(),
+                       "tflops": flops / ms / 1e9, "flash_tflops": flops / ms_flash / 1e9, "err_vs_flash": err}
+                rows.append(row)
+                print(f"hd{d} {'causal' if causal else 'full  '} dkdv {a.block_n}x{a.block_m} w{a.num_warps} "
+                      f"dc{a.d_chunk} | dq {c.block_m}x{c.block_n} w{c.num_warps} dc{c.d_chunk}: "
+                      f"{row['tflops']:.0f} TF/s (flash {row['flash_tflops']:.0f}) err {err:.1e}", flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
