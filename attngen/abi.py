@@ -56,3 +56,10 @@ BWD_PARAMS: tuple[Field, ...] = (
     Field("scale_log2", "float", _F32),
     Field("softmax_scale", "float", _F32),
 )
+
+
+def layout(fields: tuple[Field, ...]) -> tuple[tuple[str, int], ...]:
+    """(name, byte offset) of each field in the ctypes twin, plus ("sizeof", size): the templates
+    static_assert the C++ struct against these, so the two can never drift apart."""
+    struct = ctypes_struct(fields)
+    return (*((f.name, getattr(struct, f.name).offset) for f in fields), ("sizeof", ctypes.sizeof(struct)))

@@ -8,7 +8,7 @@ from functools import lru_cache
 import jinja2
 
 from . import __version__
-from .abi import BWD_PARAMS, FWD_PARAMS
+from .abi import BWD_PARAMS, FWD_PARAMS, layout
 from .artifacts import KernelSource
 from .cxx import DTYPE_TAGS
 from .ir import BwdPlan, KernelPlan
@@ -67,7 +67,8 @@ def _common_context(plan: KernelPlan | BwdPlan, plan_line: str) -> dict[str, obj
 def context(plan: KernelPlan) -> dict[str, object]:
     """Every value the forward template reads."""
     return {**_common_context(plan, _plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
-            "min_blocks_per_sm": plan.min_blocks_per_sm, "params": FWD_PARAMS}
+            "min_blocks_per_sm": plan.min_blocks_per_sm, "params": FWD_PARAMS,
+            "params_layout": layout(FWD_PARAMS)}
 
 
 def render(plan: KernelPlan) -> KernelSource:
@@ -84,6 +85,7 @@ def _bwd_plan_line(plan: BwdPlan) -> str:
 def bwd_context(plan: BwdPlan) -> dict[str, object]:
     """Every value the backward template reads."""
     return {**_common_context(plan, _bwd_plan_line(plan)), "bwd": plan, "params": BWD_PARAMS,
+            "params_layout": layout(BWD_PARAMS),
             "swizzle_chunks": 8 if plan.spec.head_dim % 64 == 0 else 4}
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,14 @@ def spec_error(spec_file: Callable[..., Path]) -> Callable[..., SpecError]:
         return err
 
     return check
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Compiled kernels go to a cache of this test session unless ATTNGEN_CACHE_DIR names one."""
+    if os.environ.get("ATTNGEN_CACHE_DIR"):
+        yield
+        return
+    os.environ["ATTNGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("attngen-cache"))
+    yield
+    del os.environ["ATTNGEN_CACHE_DIR"]

@@ -67,3 +67,23 @@ def test_missing_context_value_fails_loudly(hd96_plan, monkeypatch: pytest.Monke
     monkeypatch.setattr(r, "context", without_tiling)
     with pytest.raises(jinja2.UndefinedError):
         r.render(hd96_plan)
+
+
+def test_parameter_block_layout_is_checked_by_the_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C++ struct is static_asserted against the ctypes twin: a drift fails the build, not the launch."""
+    import importlib
+
+    from attngen import abi
+    from attngen.compiler import compile_source
+    from attngen.errors import CompileError
+
+    r = importlib.import_module("attngen.render")
+    p = plan(AttentionSpec(head_dim=64, dtype="bf16"), "sm80")
+    assert compile_source(r.render(p)).resources  # the true layout compiles
+
+    def shifted(fields):  # type: ignore[no-untyped-def]
+        return tuple((name, off + 8 if name == "seqlen_q" else off) for name, off in abi.layout(fields))
+
+    monkeypatch.setattr(r, "layout", shifted)
+    with pytest.raises(CompileError, match="parameter seqlen_q differs from attngen.abi"):
+        compile_source(r.render(p))

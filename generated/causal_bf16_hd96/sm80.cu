@@ -206,6 +206,30 @@ struct Params {
   int kv_heads;
   float scale_log2;
 };
+// The launcher fills this struct through its ctypes twin (attngen/abi.py): same offsets, same size.
+static_assert(__builtin_offsetof(Params, q) == 0, "parameter q differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, k) == 8, "parameter k differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, v) == 16, "parameter v differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, o) == 24, "parameter o differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, lse) == 32, "parameter lse differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, q_batch_stride) == 40, "parameter q_batch_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, q_row_stride) == 48, "parameter q_row_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, q_head_stride) == 56, "parameter q_head_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, k_batch_stride) == 64, "parameter k_batch_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, k_row_stride) == 72, "parameter k_row_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, k_head_stride) == 80, "parameter k_head_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, v_batch_stride) == 88, "parameter v_batch_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, v_row_stride) == 96, "parameter v_row_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, v_head_stride) == 104, "parameter v_head_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, o_batch_stride) == 112, "parameter o_batch_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, o_row_stride) == 120, "parameter o_row_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, o_head_stride) == 128, "parameter o_head_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_q) == 136, "parameter seqlen_q differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_k) == 140, "parameter seqlen_k differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, heads) == 144, "parameter heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, kv_heads) == 148, "parameter kv_heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, scale_log2) == 152, "parameter scale_log2 differs from attngen.abi");
+static_assert(sizeof(Params) == 160, "kernel parameter block differs from attngen.abi");
 
 // ---- Which KV blocks a query block visits, and which of them need the element mask -------------
 // The same integer formulas as attngen/schedule.py (tests run them against naive attention).
