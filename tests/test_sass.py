@@ -1,0 +1,39 @@
+"""The compiled kernels use the instructions their design names, and no local memory."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from attngen.sass import disassemble, opcodes
+from attngen.spec import AttentionSpec
+
+build = importlib.import_module("attngen.build")
+
+
+@pytest.mark.parametrize("arch", ["sm80", "sm90"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_forward_runs_on_mma_ldmatrix_and_cp_async(arch: str, head_dim: int) -> None:
+    ops = opcodes(disassemble(build.build(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal"), arch).data))
+    assert ops["HMMA"] > 0, "mma.sync must lower to HMMA"
+    assert ops["LDSM"] > 0, "ldmatrix must lower to LDSM"
+    assert ops["LDGSTS"] > 0, "cp.async must lower to LDGSTS"
+    assert ops["MUFU"] > 0, "exp2 must lower to MUFU.EX2"
+    assert ops["LDL"] == ops["STL"] == 0, "no local memory (spills or indexed register arrays)"
+
+
+def test_backward_kernels_run_on_mma_without_local_memory() -> None:
+    cubin = build.build_bwd(AttentionSpec(head_dim=128, dtype="fp16", mask="causal"), "sm90")
+    ops = opcodes(disassemble(cubin.data))
+    assert ops["HMMA"] > 0 and ops["LDSM"] > 0 and ops["LDGSTS"] > 0
+    assert ops["LDL"] == ops["STL"] == 0
+
+
+def test_opcode_parser() -> None:
+    listing = """
+        /*0090*/                   HMMA.16816.F32.BF16 R212, R224, R12.reuse, RZ ;   /* 0x0000000ce0d4723c */
+        /*00a0*/               @!P0 LDGSTS.E.BYPASS.128 [R155+0x8000], desc[UR14][R12.64] ;   /* 0x0 */
+        /*00b0*/                   LDSM.16.M88.4 R224, [R8+UR5] ;                   /* 0x0 */
+    """
+    assert opcodes(listing) == {"HMMA": 1, "LDGSTS": 1, "LDSM": 1}
