@@ -7,9 +7,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from attngen.errors import SpecError
 from attngen.loader import load_spec
+
+# Property tests draw the same examples on every run unless HYPOTHESIS_PROFILE=explore: a CI run
+# is reproducible, and exploring for new counterexamples is a deliberate act.
+settings.register_profile("repro", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 
 
 @pytest.fixture

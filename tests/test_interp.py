@@ -28,7 +28,7 @@ MASKS: dict[tuple[int, int], dict[str, object]] = {
 }
 
 
-def _spec(window: tuple[int, int], head_dim: int = 32, dtype: str = "bf16") -> AttentionSpec:
+def _spec(window: tuple[int, int], head_dim: int = 64, dtype: str = "bf16") -> AttentionSpec:
     return AttentionSpec(head_dim=head_dim, dtype=dtype, **MASKS[window])
 
 
@@ -106,7 +106,7 @@ def test_interpreter_matches_reference(window: tuple[int, int], batch: int, sq: 
     if tiles is not None:
         p = _with_tiles(p, *tiles)
     rng = np.random.default_rng(hash((window, batch, sq, sk, heads, kv_heads)) % 2**32)
-    _assert_matches(p, *_inputs(rng, batch, sq, sk, heads, kv_heads, 32))
+    _assert_matches(p, *_inputs(rng, batch, sq, sk, heads, kv_heads, 64))
 
 
 @pytest.mark.parametrize("head_dim,arch,mask", [
@@ -136,7 +136,7 @@ def test_random_shapes_seeded() -> None:
         kv_heads = int(rng.choice([1, 2]))
         heads = kv_heads * int(rng.choice([1, 2, 8]))
         p = _with_tiles(base[window], bm, bn)
-        _assert_matches(p, *_inputs(rng, int(rng.integers(1, 3)), sq, sk, heads, kv_heads, 32))
+        _assert_matches(p, *_inputs(rng, int(rng.integers(1, 3)), sq, sk, heads, kv_heads, 64))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -146,12 +146,12 @@ def test_random_shapes_seeded() -> None:
 def test_random_shapes_hypothesis(sq: int, sk: int, bm: int, bn: int, window: tuple[int, int],
                                   kv_heads: int, group: int, seed: int) -> None:
     p = _with_tiles(plan(_spec(window), "sm80"), bm, bn)
-    _assert_matches(p, *_inputs(np.random.default_rng(seed), 1, sq, sk, kv_heads * group, kv_heads, 32))
+    _assert_matches(p, *_inputs(np.random.default_rng(seed), 1, sq, sk, kv_heads * group, kv_heads, 64))
 
 
 def test_rows_that_see_nothing_give_zero_and_neg_inf() -> None:
     p = plan(_spec((-1, 0)), "sm80")
-    q, k, v = _inputs(np.random.default_rng(1), 1, 100, 33, 2, 1, 32)
+    q, k, v = _inputs(np.random.default_rng(1), 1, 100, 33, 2, 1, 64)
     out, lse = interpret(p, q, k, v)
     assert (out[:, :67] == 0).all() and np.isneginf(lse[:, :, :67]).all()
     assert np.isfinite(lse[:, :, 67:]).all() and (np.abs(out[:, 67:]).sum(axis=-1) > 0).all()
@@ -159,7 +159,7 @@ def test_rows_that_see_nothing_give_zero_and_neg_inf() -> None:
 
 def test_softmax_scale_is_honoured() -> None:
     p = _with_tiles(plan(_spec((5, 3)), "sm80"), 16, 16)
-    q, k, v = _inputs(np.random.default_rng(2), 1, 33, 40, 2, 1, 32)
+    q, k, v = _inputs(np.random.default_rng(2), 1, 33, 40, 2, 1, 64)
     _assert_matches(p, q, k, v, scale=0.7)
     default, _ = interpret(p, q, k, v)
     scaled, _ = interpret(p, q, k, v, softmax_scale=0.7)
@@ -168,7 +168,7 @@ def test_softmax_scale_is_honoured() -> None:
 
 def test_large_scores_stay_finite() -> None:
     p = _with_tiles(plan(_spec((-1, 0)), "sm80"), 16, 16)
-    q, k, v = _inputs(np.random.default_rng(3), 1, 33, 33, 2, 2, 32)
+    q, k, v = _inputs(np.random.default_rng(3), 1, 33, 33, 2, 2, 64)
     _assert_matches(p, q * 30, k * 30, v)
 
 
@@ -178,7 +178,7 @@ def test_large_scores_stay_finite() -> None:
 def test_broken_needs_mask_is_caught(monkeypatch: pytest.MonkeyPatch, window: tuple[int, int],
                                      seqlen: int) -> None:
     p = _with_tiles(plan(_spec(window), "sm80"), 32, 32)
-    inputs = _inputs(np.random.default_rng(4), 1, seqlen, seqlen, 2, 1, 32)
+    inputs = _inputs(np.random.default_rng(4), 1, seqlen, seqlen, 2, 1, 64)
     _assert_matches(p, *inputs)
     monkeypatch.setattr(schedule, "block_needs_mask", lambda *args: False)
     assert _out_error(p, *inputs) > 1e-2
@@ -186,7 +186,7 @@ def test_broken_needs_mask_is_caught(monkeypatch: pytest.MonkeyPatch, window: tu
 
 def test_broken_needs_mask_is_caught_with_planned_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
     p = plan(_spec((-1, 0)), "sm80")
-    inputs = _inputs(np.random.default_rng(4), 1, 100, 100, 2, 1, 32)
+    inputs = _inputs(np.random.default_rng(4), 1, 100, 100, 2, 1, 64)
     monkeypatch.setattr(schedule, "block_needs_mask", lambda *args: False)
     assert _out_error(p, *inputs) > 1e-2
 
@@ -194,12 +194,12 @@ def test_broken_needs_mask_is_caught_with_planned_tiles(monkeypatch: pytest.Monk
 def test_masking_every_block_stays_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     p = _with_tiles(plan(_spec((5, 3)), "sm80"), 16, 16)
     monkeypatch.setattr(schedule, "block_needs_mask", lambda *args: True)
-    _assert_matches(p, *_inputs(np.random.default_rng(5), 1, 100, 33, 2, 1, 32))
+    _assert_matches(p, *_inputs(np.random.default_rng(5), 1, 100, 33, 2, 1, 64))
 
 
 def test_skipping_a_block_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     p = _with_tiles(plan(_spec((-1, 0)), "sm80"), 32, 32)
-    inputs = _inputs(np.random.default_rng(6), 1, 100, 100, 2, 1, 32)
+    inputs = _inputs(np.random.default_rng(6), 1, 100, 100, 2, 1, 64)
     real = schedule.kv_block_order
     monkeypatch.setattr(schedule, "kv_block_order", lambda *args: real(*args)[:-1])
     assert _out_error(p, *inputs) > 1e-2
@@ -207,9 +207,9 @@ def test_skipping_a_block_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_rejects_mismatched_inputs() -> None:
     p = plan(_spec((-1, 0)), "sm80")
-    q, k, v = _inputs(np.random.default_rng(7), 1, 8, 8, 3, 2, 32)
+    q, k, v = _inputs(np.random.default_rng(7), 1, 8, 8, 3, 2, 64)
     with pytest.raises(ValueError, match="multiple"):
         interpret(p, q, k, v)
-    q, k, v = _inputs(np.random.default_rng(7), 1, 8, 8, 2, 2, 64)
+    q, k, v = _inputs(np.random.default_rng(7), 1, 8, 8, 2, 2, 32)
     with pytest.raises(ValueError, match="head_dim"):
         interpret(p, q, k, v)

@@ -19,7 +19,7 @@ from attngen.planner import plan, smem_layout
 from attngen.spec import HEAD_DIMS, MAX_STAGES, MIN_STAGES, Arch, AttentionSpec, MaskKind, PipelineKind
 
 BASE = "head_dim: 128\ndtype: bf16\n"
-HD_ALLOWED = "allowed: 32, 64, 96, 128, 160, 192, 224, 256"
+HD_ALLOWED = "allowed: 64, 96, 128, 192, 256"
 ARCH_ALLOWED = "sm80, sm86, sm89, sm90, sm100, sm120"
 
 #: (YAML text, line, YAML path, fragments the message must contain)
