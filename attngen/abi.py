@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,15 @@ BWD_PARAMS: tuple[Field, ...] = (
     Field("scale_log2", "float", _F32),
     Field("softmax_scale", "float", _F32),
 )
+
+
+def set_strides(params: ctypes.Structure, **tensors: Any) -> None:
+    """Fill <name>_batch_stride, <name>_row_stride and <name>_head_stride (in elements) of each
+    (batch, seqlen, heads, head_dim) tensor."""
+    for name, t in tensors.items():
+        setattr(params, f"{name}_batch_stride", t.stride(0))
+        setattr(params, f"{name}_row_stride", t.stride(1))
+        setattr(params, f"{name}_head_stride", t.stride(2))
 
 
 def layout(fields: tuple[Field, ...]) -> tuple[tuple[str, int], ...]:

@@ -1,7 +1,6 @@
 """Every environment variable attngen reads, in one place.
 
 ATTNGEN_CACHE_DIR   where compiled kernels are cached (default: $XDG_CACHE_HOME/attngen or ~/.cache/attngen)
-ATTNGEN_DEBUG_KEEP  "1" keeps every rendered source beside its cubin, also on success
 ATTNGEN_POISON      "1" fills op outputs with NaN before each launch (tests: unwritten outputs show)
 """
 
@@ -20,10 +19,6 @@ def cache_dir() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "attngen"
-
-
-def keep_sources() -> bool:
-    return os.environ.get("ATTNGEN_DEBUG_KEEP", "") == "1"
 
 
 def key_environment() -> dict[str, str]:

@@ -8,7 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import op
-from .abi import FWD_PARAMS, ctypes_struct
+from .abi import FWD_PARAMS, ctypes_struct, set_strides
 from .artifacts import Cubin
 from .cxx import DTYPE_TAGS
 from .spec import Arch, AttentionSpec
@@ -111,10 +111,7 @@ class AttentionKernel:
         params = _Params(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
                          seqlen_q=seqlen_q, seqlen_k=k.shape[1], heads=heads, kv_heads=k.shape[2],
                          scale_log2=softmax_scale * math.log2(math.e))
-        for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
-            setattr(params, f"{name}_batch_stride", t.stride(0))
-            setattr(params, f"{name}_row_stride", t.stride(1))
-            setattr(params, f"{name}_head_stride", t.stride(2))
+        set_strides(params, q=q, k=k, v=v, o=out)
         grid = (-(-seqlen_q // plan.block_m), heads, batch)
         stream = torch.cuda.current_stream(q.device).cuda_stream
         launch(fn, grid, plan.threads, stream, params)

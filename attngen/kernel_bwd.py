@@ -6,7 +6,7 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .abi import BWD_PARAMS, ctypes_struct
+from .abi import BWD_PARAMS, ctypes_struct, set_strides
 from .artifacts import Cubin
 from .spec import Arch, AttentionSpec
 
@@ -68,11 +68,7 @@ class BackwardKernels:
                          dv=dv.data_ptr(), dq_accum=dq_accum.data_ptr(), seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                          heads=heads, kv_heads=kv_heads,
                          scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
-        for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout), ("dq", dq), ("dk", dk),
-                        ("dv", dv)):
-            setattr(params, f"{name}_batch_stride", t.stride(0))
-            setattr(params, f"{name}_row_stride", t.stride(1))
-            setattr(params, f"{name}_head_stride", t.stride(2))
+        set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv)
         device = q.device.index or 0
         stream = torch.cuda.current_stream(q.device).cuda_stream
         rows = plan.preprocess_rows  # type: ignore[attr-defined]

@@ -49,6 +49,11 @@ ITER_OVERHEAD_CLK = 512
 MUFU_PER_CLK = 16
 
 
+def swizzle_chunks(head_dim: int) -> int:
+    """16-byte chunks per swizzle row: 8 (128-byte rows) when the head dim is a multiple of 64, else 4."""
+    return 8 if head_dim % 64 == 0 else 4
+
+
 def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
     """Shared memory of one block: a resident Q tile, then `stages` K/V tile pairs."""
     elem = spec.dtype.itemsize
@@ -59,7 +64,7 @@ def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
     total = q_bytes + tiling.stages * stage
     return SmemLayout(q_offset=0, q_bytes=q_bytes, kv_offset=q_bytes, k_tile_bytes=k_bytes,
                       v_tile_bytes=v_bytes, stage_bytes=stage, total_bytes=total,
-                      swizzle_chunks=8 if spec.head_dim % 64 == 0 else 4)
+                      swizzle_chunks=swizzle_chunks(spec.head_dim))
 
 
 def register_estimate(spec: AttentionSpec, tiling: Tiling, info: ArchInfo) -> int:

@@ -13,7 +13,7 @@ import itertools
 from .archs import ArchInfo, arch_info
 from .errors import PlanError
 from .ir import BwdPlan, DkdvTiling, DqTiling
-from .planner import ITER_OVERHEAD_CLK, MAX_COPIES_PER_THREAD, kernel_name
+from .planner import ITER_OVERHEAD_CLK, MAX_COPIES_PER_THREAD, kernel_name, swizzle_chunks
 from .spec import Arch, AttentionSpec, PipelineKind
 
 DKDV_WARPS = (4, 8)
@@ -35,7 +35,7 @@ REF_HIDDEN = 2048
 
 def d_chunks(spec: AttentionSpec) -> list[int]:
     """Head-dim slices a dK/dV block may own: whole swizzle groups that divide the head dim."""
-    group = 64 if spec.head_dim % 64 == 0 else 32
+    group = 8 * swizzle_chunks(spec.head_dim)
     return [c for c in range(group, spec.head_dim + 1, group) if spec.head_dim % c == 0]
 
 

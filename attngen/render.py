@@ -84,9 +84,11 @@ def _bwd_plan_line(plan: BwdPlan) -> str:
 
 def bwd_context(plan: BwdPlan) -> dict[str, object]:
     """Every value the backward template reads."""
+    from .planner import swizzle_chunks
+
     return {**_common_context(plan, _bwd_plan_line(plan)), "bwd": plan, "params": BWD_PARAMS,
             "params_layout": layout(BWD_PARAMS),
-            "swizzle_chunks": 8 if plan.spec.head_dim % 64 == 0 else 4}
+            "swizzle_chunks": swizzle_chunks(plan.spec.head_dim)}
 
 
 def render_bwd(plan: BwdPlan) -> KernelSource:

@@ -78,3 +78,16 @@ def test_misaligned_views_are_copied_to_aligned_memory(monkeypatch: pytest.Monke
     (q2, k2, _), = seen
     assert q2.data_ptr() % 16 == 0 and torch.equal(q2, q)
     assert k2 is k  # aligned inputs are passed as they are
+
+
+def test_strides_fill_the_parameter_block() -> None:
+    from attngen.abi import BWD_PARAMS, FWD_PARAMS, ctypes_struct, set_strides
+
+    q = torch.empty(2, 7, 3, 64)[:, :, :, :]
+    k = torch.empty(2, 5, 3, 2, 64)[:, :, 1]  # a strided view
+    params = ctypes_struct(FWD_PARAMS)()
+    set_strides(params, q=q, k=k, v=k, o=q)
+    assert (params.q_batch_stride, params.q_row_stride, params.q_head_stride) == q.stride()[:3]
+    assert (params.k_batch_stride, params.k_row_stride, params.k_head_stride) == k.stride()[:3]
+    names = {f.name for f in BWD_PARAMS}
+    assert all(f"{t}_{s}_stride" in names for t in ("dout", "dq", "dk", "dv") for s in ("batch", "row", "head"))
