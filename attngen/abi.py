@@ -12,6 +12,12 @@ class Field:
     name: str
     ctype: str
     py: type
+    #: Element count of a C array field (0: a scalar).
+    array: int = 0
+
+    @property
+    def array_suffix(self) -> str:
+        return f"[{self.array}]" if self.array else ""
 
 
 _PTR, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
@@ -29,6 +35,20 @@ FWD_PARAMS: tuple[Field, ...] = (
     Field("kv_heads", "int", _I32),
     Field("scale_log2", "float", _F32),
 )
+
+
+#: cuTensorMapEncodeTiled's opaque 128-byte CUtensorMap (64-byte aligned in the kernel's struct).
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN = 64
+_MAP = ctypes.c_ubyte * TENSOR_MAP_BYTES
+
+
+def _padded(fields: tuple[Field, ...], align: int) -> tuple[Field, ...]:
+    """`fields` plus a tail pad that makes the ctypes size a multiple of `align`, as the C++ struct
+    of a member with alignas(align) is."""
+    size = ctypes.sizeof(ctypes_struct(fields))
+    pad = -size % align
+    return (*fields, Field("tail_pad", "unsigned char", ctypes.c_ubyte * pad, array=pad)) if pad else fields
 
 
 def ctypes_struct(fields: tuple[Field, ...], name: str = "Params") -> type[ctypes.Structure]:
@@ -73,3 +93,9 @@ def layout(fields: tuple[Field, ...]) -> tuple[tuple[str, int], ...]:
     static_assert the C++ struct against these, so the two can never drift apart."""
     struct = ctypes_struct(fields)
     return (*((f.name, getattr(struct, f.name).offset) for f in fields), ("sizeof", ctypes.sizeof(struct)))
+
+
+#: The warp-specialized (TMA) forward: the tensor maps of Q, K and V first (64-byte aligned offsets),
+#: then the multistage kernel's fields (O and the LSE are written with plain stores).
+HOPPER_FWD_PARAMS: tuple[Field, ...] = _padded(
+    (*(Field(f"tma_{t}", "TensorMap", _MAP) for t in "qkv"), *FWD_PARAMS), TENSOR_MAP_ALIGN)

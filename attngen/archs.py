@@ -42,6 +42,11 @@ class ArchInfo:
     #: sm_90a compiles at 240-255 without spills spill 16 B there (hd128 128 x 64 with 2 warp tiles at
     #: estimate 240; hd192 128 x 64 with Q in registers at estimate 224), so sm100 keeps 48 in reserve.
     extra_registers: int = 0
+    #: Dense fp16/bf16 FLOP per clock per SM through wgmma (0: no wgmma). H100 SXM: 989 TFLOP/s /
+    #: (132 SMs x 1.83 GHz) = 4096.
+    wgmma_flops_per_clk: int = 0
+    #: Registers a thread may hold at most after setmaxnreg (a multiple of 8; 0: no setmaxnreg).
+    max_setmaxnreg: int = 0
 
 
 _K = 1024
@@ -62,7 +67,8 @@ ARCHS: dict[Arch, ArchInfo] = {
     # H100/H200: 256 KB L1/smem per SM, 228 KB carve-out, 227 KB per block.
     # mma.sync reaches about 2/3 of wgmma's 4096 FLOP/clk/SM; HBM3 3350 GB/s (3.0 TB/s measured).
     Arch.sm90: ArchInfo(Arch.sm90, "H100, H200", "sm_90a", 228 * _K, 232448, _K, 65536, 255, 2048, 132,
-                        "wgmma (sm_90a), mma.sync", "TMA, cp.async", 2730, 1.83, 3000),
+                        "wgmma (sm_90a), mma.sync", "TMA, cp.async", 2730, 1.83, 3000,
+                        wgmma_flops_per_clk=4096, max_setmaxnreg=240),
     # B200: same smem geometry as Hopper, plus 256 KB tensor memory.
     # Legacy mma.sync rate assumed Hopper-like; HBM3e 8000 GB/s.
     Arch.sm100: ArchInfo(Arch.sm100, "B200, GB200", "sm_100a", 228 * _K, 232448, _K, 65536, 255, 2048, 148,

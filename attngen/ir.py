@@ -24,6 +24,10 @@ class Tiling(_Frozen):
     q_in_regs: bool
     #: Issue the next K/V refill after S = Q K^T instead of before it.
     refill_late: bool = False
+    #: Hopper pipelines: wgmma consumer warpgroups of 64 query rows each (0: the mma.sync kernel).
+    consumer_warpgroups: int = 0
+    #: Hopper pipelines: softmax(j+1) runs while O += P(j) V(j) is in flight.
+    intra_wg_overlap: bool = False
 
 
 class CostEstimate(_Frozen):
@@ -64,6 +68,18 @@ class SmemLayout(_Frozen):
     total_bytes: int
     #: 16-byte chunks per swizzle atom row: 8 (128-byte rows) or 4 (64-byte rows, head_dim % 64 != 0).
     swizzle_chunks: int
+    #: Hopper pipelines: the mbarriers after the K and V stages (0: none).
+    barrier_offset: int = 0
+
+
+class WarpRoles(_Frozen):
+    """Who does what in a warp-specialized block, and the register split `setmaxnreg` makes."""
+
+    consumer_warpgroups: int
+    producer_regs: int
+    consumer_regs: int
+    pingpong: bool
+    intra_wg_overlap: bool
 
 
 class KernelPlan(_Frozen):
@@ -81,6 +97,8 @@ class KernelPlan(_Frozen):
     cost: CostEstimate
     reason: str
     candidates: tuple[Candidate, ...]
+    #: Hopper pipelines only.
+    roles: WarpRoles | None = None
 
     # Flat views the CLI and manifests promise.
     @property
@@ -118,6 +136,7 @@ class KernelPlan(_Frozen):
             "smem_layout": self.smem.model_dump(),
             "cost": self.cost.model_dump(),
             "reason": self.reason,
+            "roles": self.roles.model_dump() if self.roles else None,
         }
 
 

@@ -8,7 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import op
-from .abi import FWD_PARAMS, ctypes_struct, set_strides
+from .abi import FWD_PARAMS, HOPPER_FWD_PARAMS, ctypes_struct, set_strides
 from .artifacts import Cubin
 from .cxx import DTYPE_TAGS
 from .spec import Arch, AttentionSpec
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import torch
 
 _Params = ctypes_struct(FWD_PARAMS, "FwdParams")
+_HopperParams = ctypes_struct(HOPPER_FWD_PARAMS, "HopperFwdParams")
 MAX_GRID_YZ = 65535
 
 
@@ -108,10 +109,16 @@ class AttentionKernel:
         plan = self.cubins[arch].source.plan
         fn = self._function(q.device.index or 0, arch)
         batch, seqlen_q, heads, _ = q.shape
-        params = _Params(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-                         seqlen_q=seqlen_q, seqlen_k=k.shape[1], heads=heads, kv_heads=k.shape[2],
-                         scale_log2=softmax_scale * math.log2(math.e))
+        struct = _HopperParams if plan.roles is not None else _Params
+        params = struct(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
+                        seqlen_q=seqlen_q, seqlen_k=k.shape[1], heads=heads, kv_heads=k.shape[2],
+                        scale_log2=softmax_scale * math.log2(math.e))
         set_strides(params, q=q, k=k, v=v, o=out)
+        if plan.roles is not None:
+            from . import tma
+
+            for field, t, rows in (("tma_q", q, plan.block_m), ("tma_k", k, plan.block_n), ("tma_v", v, plan.block_n)):
+                tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
         grid = (-(-seqlen_q // plan.block_m), heads, batch)
         stream = torch.cuda.current_stream(q.device).cuda_stream
         launch(fn, grid, plan.threads, stream, params)

@@ -194,21 +194,52 @@ def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind) -> str:
     return f"attn_fwd_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
 
 
+#: `pipeline: auto` on an arch with wgmma picks ping-pong where the Hopper planner serves the spec
+#: (measured faster than multistage on the H100 at every head dim it serves: benchmarks/NOTES.md).
+AUTO_PREFERS_HOPPER = True
+
+
+def resolve_pipeline(spec: AttentionSpec, arch: Arch) -> PipelineKind:
+    """The strategy a plan uses: the spec's, or for `auto` the best one `arch` offers for it."""
+    from . import planner_hopper
+
+    kind = spec.pipeline.kind
+    if kind is PipelineKind.auto:
+        if AUTO_PREFERS_HOPPER and planner_hopper.supports(spec, arch) is None:
+            return PipelineKind.pingpong
+        return PipelineKind.multistage
+    if kind.is_hopper:
+        why_not = planner_hopper.supports(spec, arch)
+        if why_not is not None:
+            raise PlanError(f"spec '{spec.name}' asks for pipeline '{kind.value}', but {why_not}. Remedy: use "
+                            f"pipeline 'auto' or 'multistage' for this spec or arch")
+    return kind
+
+
+def _evaluate_all(spec: AttentionSpec, arch: Arch, kind: PipelineKind) -> list[Candidate]:
+    from . import planner_hopper
+
+    info = arch_info(arch)
+    if kind.is_hopper:
+        pingpong = kind is PipelineKind.pingpong
+        return [planner_hopper.evaluate(spec, info, t, pingpong) for t in planner_hopper.enumerate_tilings(spec, pingpong)]
+    return [evaluate(spec, info, t) for t in enumerate_tilings(spec)]
+
+
 def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | None = None) -> KernelPlan:
     """The KernelPlan of `spec` on `arch`; PlanError when no tiling fits the budget.
 
     `exclude` maps tilings already found wanting (by the build's ptxas check) to the reason.
     """
     arch = Arch(arch)
-    info = arch_info(arch)
+    kind = resolve_pipeline(spec, arch)
     candidates: list[Candidate] = []
-    for tiling in enumerate_tilings(spec):
-        mismatch = _override_mismatch(spec, tiling)
-        cand = evaluate(spec, info, tiling)
+    for cand in _evaluate_all(spec, arch, kind):
+        mismatch = _override_mismatch(spec, cand.tiling)
         if mismatch and cand.fits:
             cand = cand.model_copy(update={"fits": False, "reason": f"excluded by the spec: {mismatch}"})
-        elif exclude and tiling in exclude and cand.fits:
-            cand = cand.model_copy(update={"fits": False, "reason": exclude[tiling]})
+        elif exclude and cand.tiling in exclude and cand.fits:
+            cand = cand.model_copy(update={"fits": False, "reason": exclude[cand.tiling]})
         candidates.append(cand)
     fitting = sorted((c for c in candidates if c.fits), key=_rank_key)
     if not fitting:
@@ -219,27 +250,46 @@ def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | 
     reason = (f"lowest predicted time {best.cost.predicted_us} us at seqlen {REF_SEQLEN} "
               f"({best.cost.blocks_per_sm} blocks/SM, HBM {best.cost.t_hbm_us} us, "
               f"MMA {best.cost.t_mma_us} us, smem {best.cost.t_smem_us} us){runner}")
-    return _assemble(spec, arch, best, reason, tuple(candidates))
+    return _assemble(spec, arch, kind, best, reason, tuple(candidates))
 
 
-def plan_with(spec: AttentionSpec, arch: Arch | str, tiling: Tiling) -> KernelPlan:
-    """The plan for one given tiling (sweeps and tests); PlanError when it does not fit."""
+def plan_with(spec: AttentionSpec, arch: Arch | str, tiling: Tiling,
+              pipeline: PipelineKind | None = None) -> KernelPlan:
+    """The plan for one given tiling (sweeps, ablations and tests); PlanError when it does not fit.
+    `pipeline` overrides the spec's strategy."""
+    from . import planner_hopper
+
     arch = Arch(arch)
-    cand = evaluate(spec, arch_info(arch), tiling)
+    if pipeline is not None:
+        spec = spec.model_copy(update={"pipeline": spec.pipeline.model_copy(update={"kind": pipeline})})
+    kind = resolve_pipeline(spec, arch)
+    if kind.is_hopper != (tiling.consumer_warpgroups > 0):
+        raise PlanError(f"tiling {tiling.model_dump()} is not a {kind.value} tiling")
+    info = arch_info(arch)
+    cand = (planner_hopper.evaluate(spec, info, tiling, kind is PipelineKind.pingpong) if kind.is_hopper
+            else evaluate(spec, info, tiling))
     if not cand.fits:
         raise PlanError(f"tiling {tiling.model_dump()} does not fit {arch.value}: {cand.reason}")
-    return _assemble(spec, arch, cand, "tiling given explicitly", (cand,))
+    return _assemble(spec, arch, kind, cand, "tiling given explicitly", (cand,))
 
 
-def _assemble(spec: AttentionSpec, arch: Arch, best: Candidate, reason: str,
+def _assemble(spec: AttentionSpec, arch: Arch, kind: PipelineKind, best: Candidate, reason: str,
               candidates: tuple[Candidate, ...]) -> KernelPlan:
+    from . import planner_hopper
+
     info = arch_info(arch)
     assert best.cost is not None
     t = best.tiling
-    pipeline = PipelineKind.multistage  # the only strategy so far; `auto` resolves to it everywhere
+    name = kernel_name(spec, arch, kind)
+    if kind.is_hopper:
+        roles = planner_hopper.roles(info, t.consumer_warpgroups, kind is PipelineKind.pingpong, t.intra_wg_overlap)
+        return KernelPlan(spec=spec, arch=arch, pipeline=kind, kernel_name=name, tiling=t, threads=t.num_warps * 32,
+                          smem_bytes=best.smem_bytes, smem=planner_hopper.smem_layout(spec, t),
+                          regs_estimate=best.regs_estimate, min_blocks_per_sm=1, cost=best.cost, reason=reason,
+                          candidates=candidates, roles=roles)
     # __launch_bounds__ min blocks: as many as the budget lets reside, while keeping the 255 cap.
     min_blocks = max(1, min(best.cost.blocks_per_sm, info.regs_per_sm // (t.num_warps * 32 * 255) or 1))
-    return KernelPlan(spec=spec, arch=arch, pipeline=pipeline, kernel_name=kernel_name(spec, arch, pipeline),
+    return KernelPlan(spec=spec, arch=arch, pipeline=kind, kernel_name=name,
                       tiling=t, threads=t.num_warps * 32, smem_bytes=best.smem_bytes,
                       smem=smem_layout(spec, t), regs_estimate=best.regs_estimate,
                       min_blocks_per_sm=min_blocks, cost=best.cost, reason=reason,

@@ -8,13 +8,15 @@ from functools import lru_cache
 import jinja2
 
 from . import __version__
-from .abi import BWD_PARAMS, FWD_PARAMS, layout
+from .abi import BWD_PARAMS, FWD_PARAMS, HOPPER_FWD_PARAMS, layout
 from .artifacts import KernelSource
 from .cxx import DTYPE_TAGS
 from .ir import BwdPlan, KernelPlan
 from .paths import templates_dir
+from .wgmma import attention_ops
 
 FWD_TEMPLATE = "attn_fwd.cu.j2"
+HOPPER_FWD_TEMPLATE = "attn_fwd_hopper.cu.j2"
 BWD_TEMPLATE = "attn_bwd.cu.j2"
 
 
@@ -43,6 +45,11 @@ def _spec_line(plan: KernelPlan | BwdPlan) -> str:
 
 def _plan_line(plan: KernelPlan) -> str:
     t = plan.tiling
+    if plan.roles is not None:
+        r = plan.roles
+        return (f"{plan.pipeline.value} block_m={t.block_m} block_n={t.block_n} warps={t.num_warps} "
+                f"consumer_warpgroups={r.consumer_warpgroups} stages={t.stages} overlap={r.intra_wg_overlap} "
+                f"regs={r.producer_regs}/{r.consumer_regs} smem={plan.smem_bytes}B")
     return (f"{plan.pipeline.value} block_m={t.block_m} block_n={t.block_n} warps={t.num_warps} "
             f"warp_m_tiles={t.warp_m_tiles} stages={t.stages} q_in_regs={t.q_in_regs} smem={plan.smem_bytes}B")
 
@@ -66,13 +73,18 @@ def _common_context(plan: KernelPlan | BwdPlan, plan_line: str) -> dict[str, obj
 
 def context(plan: KernelPlan) -> dict[str, object]:
     """Every value the forward template reads."""
-    return {**_common_context(plan, _plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
-            "min_blocks_per_sm": plan.min_blocks_per_sm, "params": FWD_PARAMS,
+    common = {**_common_context(plan, _plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem}
+    if plan.roles is not None:
+        qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim)
+        return {**common, "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
+                "params": HOPPER_FWD_PARAMS, "params_layout": layout(HOPPER_FWD_PARAMS)}
+    return {**common, "min_blocks_per_sm": plan.min_blocks_per_sm, "params": FWD_PARAMS,
             "params_layout": layout(FWD_PARAMS)}
 
 
 def render(plan: KernelPlan) -> KernelSource:
-    code = _environment().get_template(FWD_TEMPLATE).render(**context(plan))
+    template = HOPPER_FWD_TEMPLATE if plan.roles is not None else FWD_TEMPLATE
+    code = _environment().get_template(template).render(**context(plan))
     return KernelSource(plan=plan, code=code, entry_names=(plan.kernel_name,), spec_hash=plan.spec.spec_hash())
 
 

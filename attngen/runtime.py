@@ -21,7 +21,7 @@ def _driver():  # type: ignore[no-untyped-def]
     return driver
 
 
-def _check(result: tuple, what: str) -> tuple:  # type: ignore[type-arg]
+def check_result(result: tuple, what: str) -> tuple:  # type: ignore[type-arg]
     err = result[0]
     driver = _driver()
     if err != driver.CUresult.CUDA_SUCCESS:
@@ -36,15 +36,15 @@ def _check(result: tuple, what: str) -> tuple:  # type: ignore[type-arg]
 def ensure_context(device_index: int) -> None:
     """Make the device's primary context current on this thread (PyTorch's context)."""
     driver = _driver()
-    _check(driver.cuInit(0), "cuInit")
-    (current,) = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    (device,) = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
+    check_result(driver.cuInit(0), "cuInit")
+    (current,) = check_result(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    (device,) = check_result(driver.cuDeviceGet(device_index), "cuDeviceGet")
     if current is not None and int(current) != 0:
-        (cur_dev,) = _check(driver.cuCtxGetDevice(), "cuCtxGetDevice")
+        (cur_dev,) = check_result(driver.cuCtxGetDevice(), "cuCtxGetDevice")
         if int(cur_dev) == int(device):
             return
-    (ctx,) = _check(driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
-    _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    (ctx,) = check_result(driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+    check_result(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
 @dataclass
@@ -60,10 +60,10 @@ def load_function(cubin: bytes, name: str, smem_bytes: int, device_index: int) -
     driver = _driver()
     with _LOCK:
         ensure_context(device_index)
-        (module,) = _check(driver.cuModuleLoadData(cubin), f"loading the cubin of {name}")
-        (function,) = _check(driver.cuModuleGetFunction(module, name.encode()), f"finding kernel {name}")
+        (module,) = check_result(driver.cuModuleLoadData(cubin), f"loading the cubin of {name}")
+        (function,) = check_result(driver.cuModuleGetFunction(module, name.encode()), f"finding kernel {name}")
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _check(driver.cuFuncSetAttribute(function, attr, smem_bytes),
+        check_result(driver.cuFuncSetAttribute(function, attr, smem_bytes),
                f"raising {name}'s dynamic shared memory to {smem_bytes} B")
     return LoadedFunction(name=name, module=module, function=function, smem_bytes=smem_bytes)
 
@@ -73,6 +73,6 @@ def launch(fn: LoadedFunction, grid: tuple[int, int, int], threads: int, stream:
     """Launch with one by-value struct parameter on the given CUstream handle."""
     driver = _driver()
     arg_ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    _check(driver.cuLaunchKernel(fn.function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes,
+    check_result(driver.cuLaunchKernel(fn.function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes,
                                  driver.CUstream(stream), ctypes.addressof(arg_ptrs), 0),
            f"launching {fn.name}")

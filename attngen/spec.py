@@ -55,14 +55,20 @@ class Arch(str, Enum):
 
 class PipelineKind(str, Enum):
     auto = "auto"
+    #: mma.sync tensor cores fed by a cp.async ring: every arch.
     multistage = "multistage"
+    #: A TMA producer warpgroup and wgmma consumer warpgroups: sm90 only.
+    warp_specialized = "warp_specialized"
+    #: warp_specialized with two consumer warpgroups taking turns at the tensor cores: sm90 only.
+    pingpong = "pingpong"
+
+    @property
+    def is_hopper(self) -> bool:
+        return self in (PipelineKind.warp_specialized, PipelineKind.pingpong)
 
 
-#: Strategies later releases add; named here so a spec using one gets a clear refusal.
-FUTURE_PIPELINES: dict[str, str] = {
-    "warp_specialized": "the TMA + wgmma warp-specialized Hopper pipeline",
-    "pingpong": "the ping-pong Hopper pipeline",
-}
+#: The arches each Hopper strategy compiles for (wgmma and TMA are sm_90a instructions).
+HOPPER_ARCHS: tuple[str, ...] = ("sm90",)
 
 MIN_STAGES, MAX_STAGES = 2, 5
 
@@ -72,7 +78,7 @@ class _Frozen(BaseModel):
 
 
 class Pipeline(_Frozen):
-    """`auto`, `multistage`, or `{kind: multistage, stages: N}`."""
+    """`auto`, a strategy name, or `{kind: <strategy>, stages: N}`."""
 
     kind: PipelineKind = PipelineKind.auto
     stages: StrictInt | None = Field(default=None, ge=MIN_STAGES, le=MAX_STAGES)
@@ -82,17 +88,12 @@ class Pipeline(_Frozen):
     def _shorthand(cls, data: Any) -> Any:
         if isinstance(data, str):
             data = {"kind": data}
-        if isinstance(data, dict):
-            kind = data.get("kind")
-            if isinstance(kind, str) and kind in FUTURE_PIPELINES:
-                raise ValueError(f"pipeline '{kind}' ({FUTURE_PIPELINES[kind]}) is not available yet; "
-                                 f"use 'auto' or 'multistage'")
         return data
 
     @model_validator(mode="after")
-    def _stages_only_for_multistage(self) -> Pipeline:
-        if self.stages is not None and self.kind is not PipelineKind.multistage:
-            raise ValueError("'stages' applies only to kind 'multistage'")
+    def _stages_need_a_strategy(self) -> Pipeline:
+        if self.stages is not None and self.kind is PipelineKind.auto:
+            raise ValueError("'stages' needs a named strategy (multistage, warp_specialized or pingpong), not 'auto'")
         return self
 
 
@@ -170,6 +171,17 @@ class AttentionSpec(_Frozen):
             if derived is not None:
                 data = {**data, "name": derived}
         return data
+
+    @model_validator(mode="after")
+    def _pipeline_matches_arch(self) -> AttentionSpec:
+        kind = self.pipeline.kind
+        if kind.is_hopper and self.arch:
+            others = [a.value for a in self.arch if a.value not in HOPPER_ARCHS]
+            if others:
+                raise ValueError(f"pipeline '{kind.value}' runs on {', '.join(HOPPER_ARCHS)} only (wgmma and TMA "
+                                 f"of sm_90a); arch lists {', '.join(others)}. Use pipeline 'auto' or 'multistage' "
+                                 f"for those, or a separate spec per arch")
+        return self
 
     @model_validator(mode="after")
     def _window_matches_mask(self) -> AttentionSpec:

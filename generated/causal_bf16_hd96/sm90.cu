@@ -207,6 +207,10 @@ struct Params {
   float scale_log2;
 };
 // The launcher fills this struct through its ctypes twin (attngen/abi.py): same offsets, same size.
+// NVRTC releases without __builtin_offsetof (13.0) check the size only.
+static_assert(sizeof(Params) == 160, "kernel parameter block differs from attngen.abi");
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_offsetof)
 static_assert(__builtin_offsetof(Params, q) == 0, "parameter q differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, k) == 8, "parameter k differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, v) == 16, "parameter v differs from attngen.abi");
@@ -229,7 +233,8 @@ static_assert(__builtin_offsetof(Params, seqlen_k) == 140, "parameter seqlen_k d
 static_assert(__builtin_offsetof(Params, heads) == 144, "parameter heads differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, kv_heads) == 148, "parameter kv_heads differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, scale_log2) == 152, "parameter scale_log2 differs from attngen.abi");
-static_assert(sizeof(Params) == 160, "kernel parameter block differs from attngen.abi");
+#endif
+#endif
 
 // ---- Which KV blocks a query block visits, and which of them need the element mask -------------
 // The same integer formulas as attngen/schedule.py (tests run them against naive attention).
@@ -288,10 +293,10 @@ __device__ __forceinline__ bool visible(int row, int col, int seqlen_q, int seql
   return true;
 }
 
-// ---- The forward main loop (FlashAttention-2 order: a query block, all its KV blocks) ----------
-// Warp w owns query rows [w * 16 * kWarpMTiles, (w + 1) * 16 * kWarpMTiles) of the block. Lane l
-// holds, for each 16-row tile, rows l/4 and l/4 + 8, and columns 2*(l%4) + {0, 1} of each 8-column
-// accumulator tile (the mma.sync C layout); rows statistics are reduced over the 4 lanes of a quad.
+// ---- Online softmax and the output epilogue, shared by every forward pipeline -----------------
+// Warp w owns 16 * kWarpMTiles query rows. Lane l holds, for each 16-row tile, rows l/4 and l/4 + 8,
+// and columns 2*(l%4) + {0, 1} of each 8-column accumulator tile: the mma.sync C layout, which is
+// also each warp's quarter of a wgmma m64nN accumulator. Row statistics reduce over a lane quad.
 constexpr int kNTiles = kBlockN / 8;     // 8-column score tiles per row tile
 constexpr int kDTiles = kHeadDim / 8;    // 8-column output tiles per row tile
 constexpr int kKSteps = kHeadDim / 16;   // k-steps of S = Q K^T
@@ -303,6 +308,128 @@ struct Frag {
   float row_max[kWarpMTiles][2];         // running max of raw scores (rows l/4, l/4 + 8)
   float row_sum[kWarpMTiles][2];         // running sum of this lane's probabilities
 };
+
+// Online softmax over one block of scores: mask (boundary blocks only), new row max, rescale of
+// the running sum, probabilities exp2(s * scale_log2 - max * scale_log2). The output's rescale
+// factor goes to `alpha`: the caller applies it (rescale_o) once no matrix op writes O.
+template <bool kMask>
+__device__ __forceinline__ void softmax_scores(Frag& f, float scale_log2, int row_base, int col_base,
+                                               int seqlen_q, int seqlen_k, float (&alpha)[kWarpMTiles][2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int t = 0; t < kWarpMTiles; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row_base + t * 16 + lane / 4 + h * 8;
+      float mx = f.row_max[t][h];
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if constexpr (kMask) {
+            const int col = col_base + n * 8 + 2 * (lane % 4) + e;
+            if (!visible(row, col, seqlen_q, seqlen_k)) f.s[t][n][2 * h + e] = neg_inf();
+          }
+          mx = fmaxf(mx, f.s[t][n][2 * h + e]);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // A row with nothing visible yet keeps max -inf; use 0 so exp2 gives 0, never NaN.
+      const float max_scaled = (mx == neg_inf()) ? 0.f : mx * scale_log2;
+      alpha[t][h] = fast_exp2(f.row_max[t][h] * scale_log2 - max_scaled);
+      f.row_max[t][h] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = fast_exp2(fmaf(f.s[t][n][2 * h + e], scale_log2, -max_scaled));
+          f.s[t][n][2 * h + e] = pr;
+          sum += pr;
+        }
+      }
+      f.row_sum[t][h] = f.row_sum[t][h] * alpha[t][h] + sum;
+    }
+  }
+}
+
+__device__ __forceinline__ void rescale_o(Frag& f, const float (&alpha)[kWarpMTiles][2]) {
+#pragma unroll
+  for (int t = 0; t < kWarpMTiles; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int d = 0; d < kDTiles; ++d) {
+        f.o[t][d][2 * h] *= alpha[t][h];
+        f.o[t][d][2 * h + 1] *= alpha[t][h];
+      }
+}
+
+template <bool kMask>
+__device__ __forceinline__ void softmax_step(Frag& f, float scale_log2, int row_base, int col_base,
+                                             int seqlen_q, int seqlen_k) {
+  float alpha[kWarpMTiles][2];
+  softmax_scores<kMask>(f, scale_log2, row_base, col_base, seqlen_q, seqlen_k, alpha);
+  rescale_o(f, alpha);
+}
+
+// Zero output, -inf running max, zero running sums.
+__device__ __forceinline__ void init_frag(Frag& f) {
+#pragma unroll
+  for (int t = 0; t < kWarpMTiles; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) { f.row_max[t][h] = neg_inf(); f.row_sum[t][h] = 0.f; }
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f.o[t][d][e] = 0.f;
+  }
+}
+
+// Normalizes, stages the output through this warp's rows of the Q tile, writes O with 16-byte
+// stores and the natural-log LSE (-inf for rows that saw no key).
+__device__ __forceinline__ void write_output(Frag& f, const Params& p, elem_t* q_tile, elem_t* o_base,
+                                             float* lse_row, int warp_row0, int row_limit) {
+  const int lane = threadIdx.x % 32;
+  constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+  for (int t = 0; t < kWarpMTiles; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = f.row_sum[t][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int row = warp_row0 + t * 16 + lane / 4 + h * 8;
+      if (lane % 4 == 0 && row < row_limit) {
+        const float mx = f.row_max[t][h];
+        lse_row[row] = sum > 0.f ? (mx * p.scale_log2 + fast_log2(sum)) * kLn2 : neg_inf();
+      }
+#pragma unroll
+      for (int d = 0; d < kDTiles; ++d) {
+        const int col = d * 8 + 2 * (lane % 4);
+        const u32 packed = pack2(f.o[t][d][2 * h] * inv, f.o[t][d][2 * h + 1] * inv);
+        store_u32(q_tile + swizzled<kBlockM>(row, col / 8) + col % 8, packed);
+      }
+    }
+  }
+  __syncwarp();
+  constexpr int kWarpRows = 16 * kWarpMTiles;
+#pragma unroll
+  for (int i = lane; i < kWarpRows * kDChunks; i += 32) {
+    const int row = warp_row0 + i / kDChunks;
+    const int chunk = i % kDChunks;
+    if (row < row_limit) {
+      const Chunk c = *reinterpret_cast<const Chunk*>(q_tile + swizzled<kBlockM>(row, chunk));
+      *reinterpret_cast<Chunk*>(o_base + (i64)row * p.o_row_stride + chunk * 8) = c;
+    }
+  }
+}
+
+
+// ---- The forward main loop (FlashAttention-2 order: a query block, all its KV blocks) ----------
+// Warp w owns query rows [w * 16 * kWarpMTiles, (w + 1) * 16 * kWarpMTiles) of the block.
 
 // Per-lane ldmatrix offsets of the three operands (see ldm_offsets).
 struct LdmPlan {
@@ -385,95 +512,6 @@ __device__ __forceinline__ void gemm_pv(Frag& f, u32 v_tile, const LdmPlan& m) {
   }
 }
 
-// Online softmax over one block of scores: mask (boundary blocks only), new row max, rescale of
-// the running sum and output, probabilities exp2(s * scale_log2 - max * scale_log2).
-template <bool kMask>
-__device__ __forceinline__ void softmax_step(Frag& f, float scale_log2, int row_base, int col_base,
-                                             int seqlen_q, int seqlen_k) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int t = 0; t < kWarpMTiles; ++t) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row_base + t * 16 + lane / 4 + h * 8;
-      float mx = f.row_max[t][h];
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if constexpr (kMask) {
-            const int col = col_base + n * 8 + 2 * (lane % 4) + e;
-            if (!visible(row, col, seqlen_q, seqlen_k)) f.s[t][n][2 * h + e] = neg_inf();
-          }
-          mx = fmaxf(mx, f.s[t][n][2 * h + e]);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // A row with nothing visible yet keeps max -inf; use 0 so exp2 gives 0, never NaN.
-      const float max_scaled = (mx == neg_inf()) ? 0.f : mx * scale_log2;
-      const float alpha = fast_exp2(f.row_max[t][h] * scale_log2 - max_scaled);
-      f.row_max[t][h] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pr = fast_exp2(fmaf(f.s[t][n][2 * h + e], scale_log2, -max_scaled));
-          f.s[t][n][2 * h + e] = pr;
-          sum += pr;
-        }
-      }
-      f.row_sum[t][h] = f.row_sum[t][h] * alpha + sum;
-#pragma unroll
-      for (int d = 0; d < kDTiles; ++d) {
-        f.o[t][d][2 * h] *= alpha;
-        f.o[t][d][2 * h + 1] *= alpha;
-      }
-    }
-  }
-}
-
-// Normalizes, stages the output through this warp's rows of the Q tile, writes O with 16-byte
-// stores and the natural-log LSE (-inf for rows that saw no key).
-__device__ __forceinline__ void write_output(Frag& f, const Params& p, elem_t* q_tile, elem_t* o_base,
-                                             float* lse_row, int warp_row0, int row_limit) {
-  const int lane = threadIdx.x % 32;
-  constexpr float kLn2 = 0.6931471805599453f;
-#pragma unroll
-  for (int t = 0; t < kWarpMTiles; ++t) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = f.row_sum[t][h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      const int row = warp_row0 + t * 16 + lane / 4 + h * 8;
-      if (lane % 4 == 0 && row < row_limit) {
-        const float mx = f.row_max[t][h];
-        lse_row[row] = sum > 0.f ? (mx * p.scale_log2 + fast_log2(sum)) * kLn2 : neg_inf();
-      }
-#pragma unroll
-      for (int d = 0; d < kDTiles; ++d) {
-        const int col = d * 8 + 2 * (lane % 4);
-        const u32 packed = pack2(f.o[t][d][2 * h] * inv, f.o[t][d][2 * h + 1] * inv);
-        store_u32(q_tile + swizzled<kBlockM>(row, col / 8) + col % 8, packed);
-      }
-    }
-  }
-  __syncwarp();
-  constexpr int kWarpRows = 16 * kWarpMTiles;
-#pragma unroll
-  for (int i = lane; i < kWarpRows * kDChunks; i += 32) {
-    const int row = warp_row0 + i / kDChunks;
-    const int chunk = i % kDChunks;
-    if (row < row_limit) {
-      const Chunk c = *reinterpret_cast<const Chunk*>(q_tile + swizzled<kBlockM>(row, chunk));
-      *reinterpret_cast<Chunk*>(o_base + (i64)row * p.o_row_stride + chunk * 8) = c;
-    }
-  }
-}
-
 __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) {
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query blocks of a causal mask first
   const int head = blockIdx.y;
@@ -490,15 +528,7 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
   const int row_limit = p.seqlen_q - row0;
 
   Frag f;
-#pragma unroll
-  for (int t = 0; t < kWarpMTiles; ++t) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) { f.row_max[t][h] = neg_inf(); f.row_sum[t][h] = 0.f; }
-#pragma unroll
-    for (int d = 0; d < kDTiles; ++d)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) f.o[t][d][e] = 0.f;
-  }
+  init_frag(f);
 
   const BlockRange range = kv_block_range<kBlockM, kBlockN>(m_block, p.seqlen_q, p.seqlen_k);
   auto k_tile = [&](int stage) { return reinterpret_cast<elem_t*>(smem + kSmemKV + stage * kStageBytes); };

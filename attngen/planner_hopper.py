@@ -1,0 +1,143 @@
+"""Plans of the Hopper forward pipelines (warp_specialized, pingpong): sm_90a's TMA and wgmma.
+
+A block is one producer warpgroup (TMA copies, few registers) and 1-3 consumer warpgroups of 64
+query rows each (wgmma m64). The budget: Q + stages x (K + V) tiles + mbarriers within 227 KB of
+shared memory, and the consumer's O, S and P registers within what `setmaxnreg` can give it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .archs import ArchInfo, arch_info
+from .errors import PlanError
+from .ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles
+from .spec import Arch, AttentionSpec, MaskKind, PipelineKind
+
+#: Consumer warpgroups per block: 2 (block_m 128) or 3 (block_m 192; 160 registers each, so only
+#: small head dims fit). Ping-pong alternates exactly two.
+CONSUMER_WGS = (2, 3)
+#: KV rows per block: wgmma N of S = Q K^T (a multiple of 8 up to 256), k-steps of 16 for O += P V,
+#: and 1024-byte tile alignment (block_n x 128 bytes per 64-column box).
+BLOCK_NS = (64, 80, 96, 112, 128, 144, 160, 176, 192)
+AUTO_STAGES = (2, 3, 4)
+#: Registers of a producer warpgroup after setmaxnreg.dec: it only computes copy coordinates.
+PRODUCER_REGS = 24
+#: Consumer registers beside O, S and P: descriptors, loop state, softmax statistics, addresses.
+#: Calibrated with -Xptxas=-v (NVRTC 13.5, sm_90a) over hd 64/128/256, block_n 64-192, 2 and 3
+#: consumer warpgroups: with the overlap, O + S + P = 196 spills 40 B at 240 registers and 188 does
+#: not; 128 spills 12 B at 160 and 124 does not. Without it no tiling within the budget spilled.
+CONSUMER_REG_OVERHEAD = 48
+#: Shared memory kept free to align the tiles to 1024 bytes (128-byte swizzle atoms) whatever
+#: address the dynamic shared memory starts at.
+ALIGN_SLACK = 1024
+#: mbarriers: Q, and full/empty of K and V per stage, 8 bytes each.
+BARRIER_BYTES_PER_STAGE = 4 * 8
+#: Fixed cost of one KV iteration of a consumer warpgroup (two mbarrier waits, wgmma fence, commit
+#: and wait, turn barriers), in clocks.
+ITER_OVERHEAD_CLK = 400
+#: Softmax work per score on the FP32 and SFU pipes, in units of one exp2 (max, scale-and-subtract,
+#: exp2, sum, pack): exp2 runs at 16 per clock per SM, the FP32 ops at 128.
+SOFTMAX_COST_PER_EXP = 1.5
+MUFU_PER_CLK = 16
+#: L2 bandwidth over HBM bandwidth (H100: ~12 TB/s of L2 against 3 TB/s measured HBM).
+L2_OVER_HBM = 4
+REF_SEQLEN = 4096
+REF_HIDDEN = 2048
+
+
+def supports(spec: AttentionSpec, arch: Arch) -> str | None:
+    """None when a Hopper pipeline can serve `spec` on `arch`, else why not."""
+    if arch_info(arch).wgmma_flops_per_clk == 0:
+        return f"{arch.value} has no wgmma (the Hopper pipelines need sm_90a)"
+    if spec.head_dim % 64:
+        return (f"head_dim {spec.head_dim} is not a multiple of 64: the 128-byte swizzled TMA boxes hold 64 "
+                f"columns each")
+    return None
+
+
+def roles(info: ArchInfo, consumer_wgs: int, pingpong: bool, overlap: bool) -> WarpRoles:
+    """The register split: what the producer gives up, shared by the consumers, in multiples of 8."""
+    total = info.regs_per_sm - 128 * PRODUCER_REGS
+    consumer = min(info.max_setmaxnreg, total // (128 * consumer_wgs) // 8 * 8)
+    return WarpRoles(consumer_warpgroups=consumer_wgs, producer_regs=PRODUCER_REGS, consumer_regs=consumer,
+                     pingpong=pingpong, intra_wg_overlap=overlap)
+
+
+def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
+    elem = spec.dtype.itemsize
+    q_bytes = tiling.block_m * spec.head_dim * elem
+    kv_bytes = tiling.block_n * spec.head_dim * elem
+    kv_offset = q_bytes
+    barrier_offset = kv_offset + 2 * tiling.stages * kv_bytes
+    total = barrier_offset + 8 + BARRIER_BYTES_PER_STAGE * tiling.stages + ALIGN_SLACK
+    return SmemLayout(q_offset=0, q_bytes=q_bytes, kv_offset=kv_offset, k_tile_bytes=kv_bytes, v_tile_bytes=kv_bytes,
+                      stage_bytes=2 * kv_bytes, total_bytes=total, swizzle_chunks=8, barrier_offset=barrier_offset)
+
+
+def register_estimate(spec: AttentionSpec, tiling: Tiling) -> int:
+    """Consumer registers per thread: O (64 x d) and S (64 x block_n) in fp32 over 128 threads, with
+    the overlap also the previous block's P (packed two per register), and the overhead."""
+    p_regs = tiling.block_n // 4 if tiling.intra_wg_overlap else 0
+    return spec.head_dim // 2 + tiling.block_n // 2 + p_regs + CONSUMER_REG_OVERHEAD
+
+
+def enumerate_tilings(spec: AttentionSpec, pingpong: bool) -> list[Tiling]:
+    stages = (spec.pipeline.stages,) if spec.pipeline.stages else AUTO_STAGES
+    wgs = (2,) if pingpong else CONSUMER_WGS
+    out = []
+    for c, bn, st, overlap in itertools.product(wgs, BLOCK_NS, stages, (True, False)):
+        out.append(Tiling(block_m=64 * c, block_n=bn, num_warps=4 * (c + 1), warp_m_tiles=1, stages=st,
+                          q_in_regs=False, consumer_warpgroups=c, intra_wg_overlap=overlap))
+    return out
+
+
+def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool) -> CostEstimate:
+    """Predicted forward time at the reference workload (one block per SM)."""
+    n, d, elem = REF_SEQLEN, spec.head_dim, spec.dtype.itemsize
+    heads = REF_HIDDEN // d
+    causal = 0.5 if spec.mask is MaskKind.causal else 1.0
+    m_blocks = -(-n // tiling.block_m)
+    kv_blocks = m_blocks * -(-n // tiling.block_n) * causal
+    # Q, O, K and V cross HBM once; the re-reads of K and V by later query blocks come from L2.
+    hbm = heads * 4 * n * d * elem
+    l2_reread = heads * causal * (m_blocks - 1) * 2 * n * d * elem
+    flops = heads * 4 * n * n * d * causal
+    sms = info.num_sms_hint
+    clk = info.clock_ghz * 1e3
+    waves = -(-(m_blocks * heads) // sms)
+    tile_eff = (m_blocks * heads) / (waves * sms)
+    t_hbm = hbm / (info.hbm_gbps * 1e3) + l2_reread / (L2_OVER_HBM * info.hbm_gbps * 1e3)
+    t_mma = flops / (info.wgmma_flops_per_clk * sms * clk)
+    t_soft = SOFTMAX_COST_PER_EXP * heads * n * n * causal / (MUFU_PER_CLK * sms * clk)
+    # Softmax hides under the other warpgroup's GEMMs with ping-pong, under the warpgroup's own
+    # O += P V with the overlap; two consumer warpgroups interleave about half of it on their own.
+    hidden = 1.0 if (pingpong or tiling.intra_wg_overlap) else 0.5
+    t_core = max(t_mma, t_soft) + (1 - hidden) * min(t_mma, t_soft)
+    t_iter = kv_blocks * heads / sms * ITER_OVERHEAD_CLK / clk
+    predicted = max(t_hbm, t_core + t_iter) / tile_eff
+    return CostEstimate(ref_seqlen=n, hbm_bytes=int(hbm), smem_read_bytes=0, flops=int(flops), blocks_per_sm=1,
+                        warps_per_sm=tiling.num_warps, tile_efficiency=round(tile_eff, 4), t_hbm_us=round(t_hbm, 2),
+                        t_mma_us=round(t_mma, 2), t_smem_us=0.0, latency_hiding=hidden,
+                        predicted_us=round(predicted, 2))
+
+
+def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool) -> Candidate:
+    layout = smem_layout(spec, tiling)
+    smem, regs = layout.total_bytes, register_estimate(spec, tiling)
+    cap = roles(info, tiling.consumer_warpgroups, pingpong, tiling.intra_wg_overlap).consumer_regs
+
+    def reject(reason: str) -> Candidate:
+        return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=False, reason=reason)
+
+    if smem > info.smem_per_block:
+        return reject(f"block_m {tiling.block_m} block_n {tiling.block_n}, {tiling.stages} stages needs {smem} B "
+                      f"({layout.q_bytes} Q + {tiling.stages} x {layout.stage_bytes} K/V + barriers and "
+                      f"{ALIGN_SLACK} alignment); {info.arch.value} allows {info.smem_per_block} B per block")
+    if regs > cap:
+        p_regs = tiling.block_n // 4 if tiling.intra_wg_overlap else 0
+        return reject(f"consumer needs ~{regs} registers (O {spec.head_dim // 2} + S {tiling.block_n // 2} + "
+                      f"P {p_regs} + {CONSUMER_REG_OVERHEAD}); {tiling.consumer_warpgroups} consumer "
+                      f"warpgroups get {cap} each after the producer keeps {PRODUCER_REGS}")
+    cost = estimate_cost(spec, info, tiling, pingpong)
+    return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=True, reason="fits", cost=cost)

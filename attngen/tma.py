@@ -1,0 +1,96 @@
+"""TMA tensor maps of the Hopper kernels: a (batch, seqlen, heads, head_dim) tensor as a 4-D map
+(head_dim, seqlen, heads, batch) whose box is one 64-column, 128-byte-swizzled slab of a tile.
+
+Encoding goes through the driver (cuTensorMapEncodeTiled); the last few maps are kept, keyed by
+everything that defines them, so a training loop re-encodes nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from .abi import TENSOR_MAP_BYTES
+from .errors import LaunchError
+from .runtime import check_result
+
+#: Columns per box: 128 bytes of 16-bit elements, the widest row the 128-byte swizzle allows.
+BOX_COLS = 64
+#: Maps kept per process (three per launch; a training step launches a few shapes).
+CACHE_SIZE = 64
+#: TMA strides: multiples of 16 bytes below 2^40 (cuTensorMapEncodeTiled).
+STRIDE_ALIGN = 16
+MAX_STRIDE = 1 << 40
+
+
+@dataclass(frozen=True)
+class MapKey:
+    address: int
+    #: Elements along (head_dim, seqlen, heads, batch).
+    dims: tuple[int, int, int, int]
+    #: Bytes between consecutive seqlen, heads and batch indices.
+    strides: tuple[int, int, int]
+    box_rows: int
+
+
+_CACHE: OrderedDict[MapKey, bytes] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def map_key(t: object, box_rows: int) -> MapKey:
+    """The key of a 16-bit (batch, seqlen, heads, head_dim) torch tensor with a contiguous last dim.
+
+    An empty dimension becomes 1 (a map cannot be empty; the kernel never reads past the true
+    length); a dimension of size 1 gets a placeholder stride, since TMA rejects 0 and never uses it.
+    """
+    batch, seqlen, heads, head_dim = t.shape  # type: ignore[attr-defined]
+    elem = t.element_size()  # type: ignore[attr-defined]
+    sizes = (seqlen, heads, batch)
+    strides = tuple(s * elem if n > 1 else STRIDE_ALIGN
+                    for s, n in zip((t.stride(1), t.stride(2), t.stride(0)), sizes))  # type: ignore[attr-defined]
+    for name, s in zip(("seqlen", "heads", "batch"), strides):
+        if s <= 0 or s % STRIDE_ALIGN or s >= MAX_STRIDE:
+            raise LaunchError(f"a tensor's {name} stride of {s} bytes cannot be described to TMA (a positive "
+                              f"multiple of {STRIDE_ALIGN} below 2^40 is needed); pass a contiguous tensor")
+    dims = (head_dim, max(1, seqlen), max(1, heads), max(1, batch))
+    return MapKey(address=t.data_ptr(), dims=dims, strides=strides, box_rows=box_rows)  # type: ignore[attr-defined]
+
+
+def _encode(key: MapKey) -> bytes:
+    from cuda.bindings import driver
+
+    dtype = driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16  # raw 16-bit copies
+    u32, u64 = driver.cuuint32_t, driver.cuuint64_t
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        dtype, 4, key.address, [u64(d) for d in key.dims], [u64(s) for s in key.strides],
+        [u32(b) for b in (BOX_COLS, key.box_rows, 1, 1)], [u32(1)] * 4,
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    check_result((err,), f"encoding a TMA tensor map (dims {key.dims}, strides {key.strides} B, box "
+                         f"{BOX_COLS} x {key.box_rows})")
+    return ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
+
+
+def tensor_map(key: MapKey) -> bytes:
+    """The 128 bytes of the map, encoded once per key."""
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
+    data = _encode(key)
+    with _LOCK:
+        _CACHE[key] = data
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return data
+
+
+def fill(params: ctypes.Structure, field: str, data: bytes) -> None:
+    """Copies a map into its 128-byte field of the kernel's parameter block."""
+    offset = getattr(type(params), field).offset
+    ctypes.memmove(ctypes.addressof(params) + offset, data, TENSOR_MAP_BYTES)
