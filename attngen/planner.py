@@ -222,7 +222,8 @@ def _evaluate_all(spec: AttentionSpec, arch: Arch, kind: PipelineKind) -> list[C
     info = arch_info(arch)
     if kind.is_hopper:
         pingpong = kind is PipelineKind.pingpong
-        return [planner_hopper.evaluate(spec, info, t, pingpong) for t in planner_hopper.enumerate_tilings(spec, pingpong)]
+        tilings = planner_hopper.enumerate_tilings(spec, pingpong)
+        return [planner_hopper.evaluate(spec, info, t, pingpong) for t in tilings]
     return [evaluate(spec, info, t) for t in enumerate_tilings(spec)]
 
 
@@ -243,7 +244,7 @@ def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | 
         candidates.append(cand)
     fitting = sorted((c for c in candidates if c.fits), key=_rank_key)
     if not fitting:
-        raise PlanError(_no_fit_message(spec, arch, candidates))
+        raise PlanError(_no_fit_message(spec, arch, kind, candidates))
     best = fitting[0]
     assert best.cost is not None
     runner = f"; next best {fitting[1].cost.predicted_us} us" if len(fitting) > 1 and fitting[1].cost else ""
@@ -296,7 +297,7 @@ def _assemble(spec: AttentionSpec, arch: Arch, kind: PipelineKind, best: Candida
                       candidates=candidates)
 
 
-def _no_fit_message(spec: AttentionSpec, arch: Arch, candidates: list[Candidate]) -> str:
+def _no_fit_message(spec: AttentionSpec, arch: Arch, kind: PipelineKind, candidates: list[Candidate]) -> str:
     # With tile overrides, only the candidates the spec asked for explain the failure.
     matching = [c for c in candidates if _override_mismatch(spec, c.tiling) is None]
     relevant = matching or candidates
@@ -304,10 +305,16 @@ def _no_fit_message(spec: AttentionSpec, arch: Arch, candidates: list[Candidate]
     lines = [f"no tiling of spec '{spec.name}' fits the {arch.value} budget "
              f"({arch_info(arch).smem_per_block} B shared memory per block, 255 registers per thread)."]
     if not matching:
-        block_ms = sorted({16 * m * w for m in WARP_M_TILES for w in WARPS if 16 * m * w <= MAX_BLOCK_M})
+        from . import planner_hopper
+
+        space = {(c.tiling.block_m, c.tiling.block_n, c.tiling.num_warps) for c in candidates}
+        block_ms, block_ns, warps = (sorted({t[i] for t in space}) for i in range(3))
         tiles = spec.tiles.model_dump(exclude_none=True) if spec.tiles else {}
-        lines.append(f"  the spec's tiles {tiles} are outside the search space: block_m in {block_ms}, "
-                     f"block_n in {list(BLOCK_NS)}, num_warps in {list(WARPS)}")
+        lines.append(f"  the spec's tiles {tiles} are outside the {kind.value} search space: block_m in {block_ms}, "
+                     f"block_n in {block_ns}, num_warps in {warps}")
+        if kind.is_hopper:
+            lines.append(f"  ({kind.value} blocks are {planner_hopper.CONSUMER_WGS} consumer warpgroups of 64 rows "
+                         f"plus a producer warpgroup: 4 warps each)")
     reasons = list(dict.fromkeys(c.reason for c in relevant))
     lines += [f"  rejected: {r}" for r in reasons[:6]]
     if len(reasons) > 6:

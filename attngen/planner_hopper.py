@@ -10,9 +10,8 @@ from __future__ import annotations
 import itertools
 
 from .archs import ArchInfo, arch_info
-from .errors import PlanError
-from .ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles
-from .spec import Arch, AttentionSpec, MaskKind, PipelineKind
+from .ir import Candidate, CostEstimate, SmemLayout, Tiling, WarpRoles
+from .spec import Arch, AttentionSpec, MaskKind
 
 #: Consumer warpgroups per block: 2 (block_m 128) or 3 (block_m 192; 160 registers each, so only
 #: small head dims fit). Ping-pong alternates exactly two.
@@ -20,7 +19,8 @@ CONSUMER_WGS = (2, 3)
 #: KV rows per block: wgmma N of S = Q K^T (a multiple of 8 up to 256), k-steps of 16 for O += P V,
 #: and 1024-byte tile alignment (block_n x 128 bytes per 64-column box).
 BLOCK_NS = (64, 80, 96, 112, 128, 144, 160, 176, 192)
-AUTO_STAGES = (2, 3, 4)
+#: Two stages keep one K/V tile pair loading while another is consumed; three help where tiles are small.
+AUTO_STAGES = (2, 3)
 #: Registers of a producer warpgroup after setmaxnreg.dec: it only computes copy coordinates.
 PRODUCER_REGS = 24
 #: Consumer registers beside O, S and P: descriptors, loop state, softmax statistics, addresses.

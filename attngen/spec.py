@@ -114,8 +114,8 @@ class Tiles(_Frozen):
     @field_validator("num_warps")
     @classmethod
     def _power_of_two(cls, value: int | None) -> int | None:
-        if value is not None and value not in (1, 2, 4, 8, 16):
-            raise ValueError(f"must be one of 1, 2, 4, 8, 16, got {value}")
+        if value is not None and value not in (1, 2, 4, 8, 12, 16):
+            raise ValueError(f"must be one of 1, 2, 4, 8, 12, 16, got {value}")
         return value
 
 

@@ -34,7 +34,7 @@ ALLOWED: dict[str, str] = {
     "tiles": "a mapping with any of block_m, block_n, num_warps",
     "tiles.block_m": _TILE_SIZES,
     "tiles.block_n": _TILE_SIZES,
-    "tiles.num_warps": "1, 2, 4, 8, 16",
+    "tiles.num_warps": "1, 2, 4, 8, 12, 16 (12 and 16: Hopper pipelines, a producer warpgroup included)",
     "deterministic": "true or false",
 }
 

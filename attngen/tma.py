@@ -47,10 +47,11 @@ def map_key(t: object, box_rows: int) -> MapKey:
     """
     batch, seqlen, heads, head_dim = t.shape  # type: ignore[attr-defined]
     elem = t.element_size()  # type: ignore[attr-defined]
-    sizes = (seqlen, heads, batch)
-    strides = tuple(s * elem if n > 1 else STRIDE_ALIGN
-                    for s, n in zip((t.stride(1), t.stride(2), t.stride(0)), sizes))  # type: ignore[attr-defined]
-    for name, s in zip(("seqlen", "heads", "batch"), strides):
+    raw = (t.stride(1), t.stride(2), t.stride(0))  # type: ignore[attr-defined]
+    seq_s, head_s, batch_s = (int(s) * elem if n > 1 else STRIDE_ALIGN
+                              for s, n in zip(raw, (seqlen, heads, batch), strict=True))
+    strides = (seq_s, head_s, batch_s)
+    for name, s in zip(("seqlen", "heads", "batch"), strides, strict=True):
         if s <= 0 or s % STRIDE_ALIGN or s >= MAX_STRIDE:
             raise LaunchError(f"a tensor's {name} stride of {s} bytes cannot be described to TMA (a positive "
                               f"multiple of {STRIDE_ALIGN} below 2^40 is needed); pass a contiguous tensor")

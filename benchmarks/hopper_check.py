@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -121,7 +120,8 @@ def main() -> int:
     if args.overlap is not None:
         args.overlap = bool(args.overlap)
     kernel, tag = build(args)
-    result = {"variant": tag + (f" templates={args.templates}" if args.templates else ""), "head_dim": args.head_dim, "mask": args.mask, "dtype": args.dtype,
+    result = {"variant": tag + (f" templates={args.templates}" if args.templates else ""),
+              "head_dim": args.head_dim, "mask": args.mask, "dtype": args.dtype,
               "errors": check(kernel, args), "gpu": torch.cuda.get_device_name()}
     ok = result["errors"]["rel"] < (1e-2 if args.dtype == "bf16" else 2e-3) and result["errors"]["lse"] < 1e-3
     print(f"  {'PASS' if ok else 'FAIL'} worst {result['errors']}", flush=True)

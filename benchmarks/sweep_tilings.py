@@ -44,6 +44,7 @@ def main() -> int:
     ap.add_argument("--max-candidates", type=int, default=12)
     ap.add_argument("--templates", default=None, help="render from this template directory (A/B a change)")
     ap.add_argument("--tag", default="", help="label printed on every row")
+    ap.add_argument("--pipeline", default="auto", help="the specs' pipeline (auto, multistage, pingpong, ...)")
     args = ap.parse_args()
     if args.templates:
         import importlib
@@ -56,7 +57,8 @@ def main() -> int:
     rows = []
     for d in map(int, args.head_dims.split(",")):
         for causal in (False, True):
-            spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if causal else "none")
+            spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if causal else "none",
+                                 pipeline=args.pipeline)
             s, b, h = args.seqlen, max(1, 16384 // args.seqlen), 2048 // d
             q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
@@ -64,6 +66,8 @@ def main() -> int:
                 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
                 ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
                 ms_flash = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                ms_cudnn = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
             ref = ref.transpose(1, 2).float()
             base = plan(spec, arch)
             fitting = sorted((c for c in base.candidates if c.fits), key=lambda c: c.cost.predicted_us)
@@ -82,14 +86,17 @@ def main() -> int:
                 row = {"tag": args.tag, "head_dim": d, "causal": causal, "seqlen": s, "rank_by_model": i,
                        "tiling": cand.tiling.model_dump(), "predicted_us": cand.cost.predicted_us,
                        "regs": kern.cubins[arch].resources[0].registers if kern.cubins[arch].resources else None,
-                       "ms": ms, "tflops": tf, "flash_tflops": flops / ms_flash / 1e9, "rel_err": err,
+                       "ms": ms, "tflops": tf, "flash_tflops": flops / ms_flash / 1e9,
+                       "cudnn_tflops": flops / ms_cudnn / 1e9,
+                       "pipeline": base.pipeline.value, "rel_err": err,
                        "chosen": cand.tiling == base.tiling, "compile_s": compile_s}
                 rows.append(row)
                 t = cand.tiling
                 mode = "causal" if causal else "full  "
                 print(f"{args.tag}hd{d:3d} {mode} m{t.block_m:3d} n{t.block_n:3d} w{t.num_warps} "
-                      f"mt{t.warp_m_tiles} st{t.stages} qr{int(t.q_in_regs)} pred {cand.cost.predicted_us:8.1f} "
-                      f"{tf:6.1f} TF/s  flash {row['flash_tflops']:6.1f}  "
+                      f"mt{t.warp_m_tiles} st{t.stages} qr{int(t.q_in_regs)} ov{int(t.intra_wg_overlap)} "
+                      f"pred {cand.cost.predicted_us:8.1f} "
+                      f"{tf:6.1f} TF/s  flash {row['flash_tflops']:6.1f}  cudnn {row['cudnn_tflops']:6.1f}  "
                       f"err {err:.1e}"
                       f"{'  <- chosen' if row['chosen'] else ''}", flush=True)
     with open(args.out, "w") as f:

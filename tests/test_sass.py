@@ -15,12 +15,28 @@ build = importlib.import_module("attngen.build")
 @pytest.mark.parametrize("arch", ["sm80", "sm90"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_forward_runs_on_mma_ldmatrix_and_cp_async(arch: str, head_dim: int) -> None:
-    ops = opcodes(disassemble(build.build(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal"), arch).data))
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", pipeline="multistage")
+    ops = opcodes(disassemble(build.build(spec, arch).data))
     assert ops["HMMA"] > 0, "mma.sync must lower to HMMA"
     assert ops["LDSM"] > 0, "ldmatrix must lower to LDSM"
     assert ops["LDGSTS"] > 0, "cp.async must lower to LDGSTS"
     assert ops["MUFU"] > 0, "exp2 must lower to MUFU.EX2"
     assert ops["LDL"] == ops["STL"] == 0, "no local memory (spills or indexed register arrays)"
+
+
+@pytest.mark.parametrize("pipeline", ["pingpong", "warp_specialized"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_hopper_forward_runs_on_wgmma_and_tma(pipeline: str, head_dim: int) -> None:
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", pipeline=pipeline)
+    cubin = build.build(spec, "sm90")
+    assert all(r.spill_stores == r.spill_loads == 0 for r in cubin.resources)
+    ops = opcodes(disassemble(cubin.data))
+    assert ops["HGMMA"] > 0, "wgmma must lower to HGMMA"
+    assert ops["UTMALDG"] > 0, "TMA loads must lower to UTMALDG"
+    assert ops["SYNCS"] > 0, "mbarrier waits and arrivals must lower to SYNCS"
+    assert ops["MUFU"] > 0
+    assert ops["HMMA"] == ops["LDGSTS"] == 0, "no mma.sync or cp.async in the Hopper kernel"
+    assert ops["LDL"] == ops["STL"] == 0, "no local memory"
 
 
 def test_backward_kernels_run_on_mma_without_local_memory() -> None:

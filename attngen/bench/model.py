@@ -120,8 +120,10 @@ def model_row(cfg: Config, plan: Mapping[str, Any], measured_ms: float | None,
 
 
 def tiling_label(plan: Mapping[str, Any]) -> str:
-    return (f"{plan['block_m']}x{plan['block_n']} w{plan['num_warps']} s{plan['stages']}"
-            f"{' qreg' if plan.get('q_in_regs') else ''}")
+    roles = plan.get("roles")
+    extra = (f" {plan['pipeline']}{' overlap' if roles['intra_wg_overlap'] else ''}" if roles
+             else f"{' qreg' if plan.get('q_in_regs') else ''}")
+    return f"{plan['block_m']}x{plan['block_n']} w{plan['num_warps']} s{plan['stages']}{extra}"
 
 
 def gpu_slug(name: str) -> str:
