@@ -180,10 +180,14 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
     return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=True, reason="fits", cost=cost)
 
 
-def _rank_key(c: Candidate) -> tuple[float, int, int]:
+def _rank_key(spec: AttentionSpec, c: Candidate) -> tuple[int, float, int, int]:
+    from . import planner_hopper
+
     assert c.cost is not None
-    # Lowest predicted time; ties go to fewer bytes of shared memory, then fewer registers.
-    return (c.cost.predicted_us, c.smem_bytes, c.regs_estimate)
+    # Hopper: the measured tile table first. Then the lowest predicted time; ties go to fewer bytes of
+    # shared memory, then fewer registers.
+    measured = planner_hopper.measured_preference(spec, c.tiling) if c.tiling.consumer_warpgroups else 0
+    return (measured, c.cost.predicted_us, c.smem_bytes, c.regs_estimate)
 
 
 def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind) -> str:
@@ -232,6 +236,8 @@ def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | 
 
     `exclude` maps tilings already found wanting (by the build's ptxas check) to the reason.
     """
+    from . import planner_hopper
+
     arch = Arch(arch)
     kind = resolve_pipeline(spec, arch)
     candidates: list[Candidate] = []
@@ -242,13 +248,17 @@ def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | 
         elif exclude and cand.tiling in exclude and cand.fits:
             cand = cand.model_copy(update={"fits": False, "reason": exclude[cand.tiling]})
         candidates.append(cand)
-    fitting = sorted((c for c in candidates if c.fits), key=_rank_key)
+    fitting = sorted((c for c in candidates if c.fits), key=lambda c: _rank_key(spec, c))
     if not fitting:
         raise PlanError(_no_fit_message(spec, arch, kind, candidates))
     best = fitting[0]
     assert best.cost is not None
     runner = f"; next best {fitting[1].cost.predicted_us} us" if len(fitting) > 1 and fitting[1].cost else ""
-    reason = (f"lowest predicted time {best.cost.predicted_us} us at seqlen {REF_SEQLEN} "
+    measured = ""
+    if kind.is_hopper and spec.head_dim in planner_hopper.MEASURED_TILES and _rank_key(spec, best)[0] == 0:
+        measured = (f"the measured tiles of hd{spec.head_dim} (planner_hopper.MEASURED_TILES: block_n "
+                    f"{best.tiling.block_n}, {best.tiling.stages} stages, overlap); ")
+    reason = (f"{measured}lowest predicted time {best.cost.predicted_us} us at seqlen {REF_SEQLEN} "
               f"({best.cost.blocks_per_sm} blocks/SM, HBM {best.cost.t_hbm_us} us, "
               f"MMA {best.cost.t_mma_us} us, smem {best.cost.t_smem_us} us){runner}")
     return _assemble(spec, arch, kind, best, reason, tuple(candidates))

@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 import attngen  # noqa: E402
 import attngen.kernel  # noqa: E402
 from attngen.catalogue import load_catalogue  # noqa: E402
-from attngen.spec import AttentionSpec, DType  # noqa: E402
+from attngen.spec import AttentionSpec, DType, PipelineKind  # noqa: E402
 
 from .gpu_reference import lse_error, reference, relative_error  # noqa: E402
 
@@ -73,8 +73,18 @@ def _check(spec: AttentionSpec, kernel: attngen.AttentionKernel, q, k, v, scale=
     assert lerr < LSE_TOLERANCE, f"{spec.name} {tuple(q.shape)} {tuple(k.shape)}: lse err {lerr:.2e}"
 
 
+@pytest.mark.parametrize("pipeline", ["auto", "multistage", "warp_specialized"])
 @pytest.mark.parametrize("spec", CATALOGUE, ids=lambda s: s.name)
-def test_catalogue_against_float64(spec: AttentionSpec, kernels: dict) -> None:
+def test_catalogue_against_float64(spec: AttentionSpec, pipeline: str, kernels: dict) -> None:
+    """Every catalogue spec with each strategy the GPU has: auto (ping-pong on sm90 where it serves the
+    spec), multistage (mma.sync), and warp_specialized without ping-pong."""
+    arch = attngen.kernel.current_arch()
+    if pipeline == "warp_specialized" and (arch.value != "sm90" or spec.head_dim % 64):
+        pytest.skip(f"warp_specialized needs sm90 and a head dim that is a multiple of 64 ({arch.value}, "
+                    f"hd{spec.head_dim})")
+    if pipeline != "auto":
+        spec = spec.model_copy(update={"name": f"{spec.name}_{pipeline}",
+                                       "pipeline": spec.pipeline.model_copy(update={"kind": PipelineKind(pipeline)})})
     kernel = _kernel(kernels, spec)
     for i, shape in enumerate(SHAPES):
         q, k, v = _inputs(spec, shape, seed=1000 + i)

@@ -12,6 +12,7 @@ from attngen.errors import PlanError
 from attngen.ir import Tiling
 from attngen.loader import load_spec, load_spec_text
 from attngen.planner import plan, smem_layout
+from attngen.planner_hopper import MEASURED_TILES, measured_preference
 from attngen.spec import Arch, AttentionSpec, Pipeline, PipelineKind, Tiles
 
 from .plan_checks import assert_within_budget
@@ -80,6 +81,11 @@ def test_every_fitting_candidate_is_within_budget_and_the_cheapest_is_chosen() -
             fitting = [c for c in p.candidates if c.fits]
             assert all(c.smem_bytes <= arch_info(arch).smem_per_block and c.regs_estimate <= 255
                        for c in fitting)
+            if p.roles is not None and spec.head_dim in MEASURED_TILES:
+                # The Hopper tile table outranks the model: its entry, with the overlap, is chosen.
+                assert (p.block_n, p.stages) == MEASURED_TILES[spec.head_dim] and p.roles.intra_wg_overlap
+                assert "measured tiles" in p.reason
+                fitting = [c for c in fitting if measured_preference(spec, c.tiling) == 0]
             best = min(c.cost.predicted_us for c in fitting if c.cost is not None)
             assert p.cost.predicted_us == best
             assert str(p.cost.predicted_us) in p.reason
@@ -152,3 +158,24 @@ def test_planning_is_deterministic_and_accepts_arch_names() -> None:
 def test_override_outside_the_search_space_is_a_plan_error() -> None:
     with pytest.raises(PlanError, match="Remedy"):
         plan(AttentionSpec(head_dim=64, dtype="fp16", tiles={"num_warps": 2}), Arch.sm90)
+
+
+def test_hopper_pipelines_name_what_they_cannot_serve() -> None:
+    with pytest.raises(PlanError, match="multiple of 64.*Remedy"):
+        plan(AttentionSpec(head_dim=96, dtype="bf16", pipeline="pingpong"), Arch.sm90)
+    with pytest.raises(PlanError, match="sm100 has no wgmma.*Remedy"):
+        plan(AttentionSpec(head_dim=128, dtype="bf16", pipeline="warp_specialized"), Arch.sm100)
+    # auto falls back to multistage where the Hopper planner cannot serve the spec.
+    assert plan(AttentionSpec(head_dim=96, dtype="bf16"), Arch.sm90).pipeline is PipelineKind.multistage
+    assert plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm100).pipeline is PipelineKind.multistage
+
+
+def test_hopper_register_split_and_budget_rejections() -> None:
+    p = plan(AttentionSpec(head_dim=256, dtype="bf16", pipeline="warp_specialized"), Arch.sm90)
+    by_wgs = {c.tiling.consumer_warpgroups for c in p.candidates}
+    assert by_wgs == {2, 3}
+    too_big = [c for c in p.candidates if c.smem_bytes > LARGE_SMEM]
+    assert too_big and all(not c.fits and f"allows {LARGE_SMEM} B per block" in c.reason for c in too_big)
+    starved = [c for c in p.candidates if not c.fits and "registers" in c.reason]
+    assert starved and all("consumer warpgroups get" in c.reason for c in starved)
+    assert_within_budget(p)
