@@ -43,9 +43,14 @@ def build(args: argparse.Namespace) -> AttentionKernel:
     p = plan(spec, "sm90")
     update = {k: v for k, v in (("intra_wg_overlap", args.overlap), ("block_n", args.block_n),
                                 ("stages", args.stages)) if v is not None}
+    if args.warpgroups is not None:
+        update.update(consumer_warpgroups=args.warpgroups, block_m=64 * args.warpgroups,
+                      num_warps=4 * (args.warpgroups + 1))
     if update:
         p = plan_with(spec, "sm90", p.tiling.model_copy(update=update))
-    tag = f"{p.pipeline.value} bm{p.block_m} bn{p.block_n} st{p.stages} ov{int(p.tiling.intra_wg_overlap)}"
+    t = p.tiling
+    tag = (f"{p.pipeline.value} cwg{t.consumer_warpgroups} bm{t.block_m} bn{t.block_n} st{t.stages} "
+           f"ov{int(t.intra_wg_overlap)}")
     print(f"== {spec.name} {tag}", flush=True)
     t0 = time.time()
     cubin = compile_source(render(p))
@@ -106,6 +111,7 @@ def main() -> int:
     ap.add_argument("--overlap", type=int, default=None)
     ap.add_argument("--block-n", type=int, default=None)
     ap.add_argument("--stages", type=int, default=None)
+    ap.add_argument("--warpgroups", type=int, default=None, help="consumer warpgroups")
     ap.add_argument("--bench", default="")
     ap.add_argument("--out", default=None)
     ap.add_argument("--templates", default=None, help="render from this template directory (A/B a change)")
