@@ -198,8 +198,9 @@ def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind) -> str:
     return f"attn_fwd_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
 
 
-#: `pipeline: auto` on an arch with wgmma picks ping-pong where the Hopper planner serves the spec
-#: (measured faster than multistage on the H100 at every head dim it serves: benchmarks/NOTES.md).
+#: `pipeline: auto` on an arch with wgmma picks a Hopper pipeline where the Hopper planner serves the
+#: spec (1.3-2.3x multistage on the H100 at hd 64/128/256: benchmarks/NOTES.md): the measured one
+#: for the head dim (planner_hopper.MEASURED_TILES), else ping-pong.
 AUTO_PREFERS_HOPPER = True
 
 
@@ -210,7 +211,7 @@ def resolve_pipeline(spec: AttentionSpec, arch: Arch) -> PipelineKind:
     kind = spec.pipeline.kind
     if kind is PipelineKind.auto:
         if AUTO_PREFERS_HOPPER and planner_hopper.supports(spec, arch) is None:
-            return PipelineKind.pingpong
+            return planner_hopper.auto_pipeline(spec)
         return PipelineKind.multistage
     if kind.is_hopper:
         why_not = planner_hopper.supports(spec, arch)
@@ -256,8 +257,10 @@ def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | 
     runner = f"; next best {fitting[1].cost.predicted_us} us" if len(fitting) > 1 and fitting[1].cost else ""
     measured = ""
     if kind.is_hopper and spec.head_dim in planner_hopper.MEASURED_TILES and _rank_key(spec, best)[0] == 0:
-        measured = (f"the measured tiles of hd{spec.head_dim} (planner_hopper.MEASURED_TILES: block_n "
-                    f"{best.tiling.block_n}, {best.tiling.stages} stages, overlap); ")
+        t = best.tiling
+        measured = (f"the measured tiles of hd{spec.head_dim} (planner_hopper.MEASURED_TILES: "
+                    f"{t.consumer_warpgroups} consumer warpgroups, block_n {t.block_n}, {t.stages} stages, "
+                    f"overlap {t.intra_wg_overlap}); ")
     reason = (f"{measured}lowest predicted time {best.cost.predicted_us} us at seqlen {REF_SEQLEN} "
               f"({best.cost.blocks_per_sm} blocks/SM, HBM {best.cost.t_hbm_us} us, "
               f"MMA {best.cost.t_mma_us} us, smem {best.cost.t_smem_us} us){runner}")

@@ -8,10 +8,11 @@ shared memory, and the consumer's O, S and P registers within what `setmaxnreg` 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from .archs import ArchInfo, arch_info
 from .ir import Candidate, CostEstimate, SmemLayout, Tiling, WarpRoles
-from .spec import Arch, AttentionSpec, MaskKind
+from .spec import Arch, AttentionSpec, MaskKind, PipelineKind
 
 #: Consumer warpgroups per block: 2 (block_m 128) or 3 (block_m 192; 160 registers each, so only
 #: small head dims fit). Ping-pong alternates exactly two.
@@ -46,22 +47,45 @@ REF_SEQLEN = 4096
 REF_HIDDEN = 2048
 
 
-#: Measured tile choice per head dim, as (block_n, stages): the H100 sweep of every fitting ping-pong
-#: tiling at seqlen 8k, bf16 (benchmarks/results/h100/hopper/sweep_pingpong_8k.log). The cost model
-#: has no term for ptxas's scheduling under register pressure, which is what separates these:
-#:   hd64:  192 x 3 stages: 460 / 431 TFLOP/s (non-causal / causal); 192 x 2: 445 / 424; 144 x 2: 451 / 420
-#:   hd128: 128 x 2 stages: 638 / 571; 160 x 2: 623 / -; 112 x 2: 588 / 584; 128 x 3: 606 / 569
-#:   hd256:  80 x 2 stages: 671 / 653;  64 x 2: 639 / 585 (80 x 3 does not fit 227 KB)
-#: With the overlap every one of these beat the same tiles without it (by 2-14%).
-MEASURED_TILES: dict[int, tuple[int, int]] = {64: (192, 3), 128: (128, 2), 256: (80, 2)}
+@dataclass(frozen=True)
+class MeasuredTiles:
+    """The fastest Hopper configuration an H100 sweep found for one head dim."""
+
+    pipeline: PipelineKind
+    consumer_warpgroups: int
+    block_n: int
+    stages: int
+    overlap: bool
+
+
+#: Measured choice per head dim: the H100 sweep of every fitting ping-pong tiling at seqlen 8k, bf16
+#: (benchmarks/results/h100/hopper/sweep_pingpong_8k.log) and the ablation (ablation.log). The cost
+#: model has no term for ptxas's scheduling under register pressure, which is what separates these:
+#:   hd64:  3 consumer warpgroups, 192 x 128, no overlap (warp_specialized): 484 TFLOP/s non-causal;
+#:          ping-pong 128 x 192 x 3 stages with the overlap: 460 / 431 (non-causal / causal)
+#:   hd128: ping-pong 128 x 128, 2 stages, overlap: 638-657 / 571-579; 128 x 160: 623; 128 x 112: 588 / 584
+#:   hd256: ping-pong 128 x 80, 2 stages, overlap: 671 / 653; 128 x 64: 639 / 585 (80 x 3 stages is over 227 KB)
+#: With two consumer warpgroups the overlap beat the same tiles without it by 2-19%.
+MEASURED_TILES: dict[int, MeasuredTiles] = {
+    64: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, False),
+    128: MeasuredTiles(PipelineKind.pingpong, 2, 128, 2, True),
+    256: MeasuredTiles(PipelineKind.pingpong, 2, 80, 2, True),
+}
+
+
+def auto_pipeline(spec: AttentionSpec) -> PipelineKind:
+    """What `pipeline: auto` picks on sm90 for a head dim the Hopper pipelines serve."""
+    measured = MEASURED_TILES.get(spec.head_dim)
+    return measured.pipeline if measured else PipelineKind.pingpong
 
 
 def measured_preference(spec: AttentionSpec, tiling: Tiling) -> int:
-    """0 for the head dim's measured tiles with the overlap, 1 otherwise (the ranking's first key)."""
+    """0 for the head dim's measured configuration, 1 otherwise (the ranking's first key)."""
     want = MEASURED_TILES.get(spec.head_dim)
     if want is None:
         return 0
-    return 0 if (tiling.block_n, tiling.stages) == want and tiling.intra_wg_overlap else 1
+    got = (tiling.consumer_warpgroups, tiling.block_n, tiling.stages, tiling.intra_wg_overlap)
+    return 0 if got == (want.consumer_warpgroups, want.block_n, want.stages, want.overlap) else 1
 
 
 def supports(spec: AttentionSpec, arch: Arch) -> str | None:

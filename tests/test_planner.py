@@ -34,9 +34,12 @@ def test_catalogue_plans_within_budget(path: Path, arch: Arch) -> None:
     spec = load_spec(path)
     p = plan(spec, arch)
     assert_within_budget(p)
-    # pipeline auto: ping-pong on sm90 wherever it serves the spec (head dims that are multiples of 64).
+    # pipeline auto: a Hopper pipeline on sm90 wherever it serves the spec (head dims that are multiples
+    # of 64): the measured one for the head dim, else ping-pong.
     hopper = arch is Arch.sm90 and spec.head_dim % 64 == 0
-    assert p.pipeline is (PipelineKind.pingpong if hopper else PipelineKind.multistage)
+    measured = MEASURED_TILES.get(spec.head_dim)
+    want = (measured.pipeline if measured else PipelineKind.pingpong) if hopper else PipelineKind.multistage
+    assert p.pipeline is want
 
 
 def test_arch_budgets_match_the_vendor_figures() -> None:
@@ -83,7 +86,9 @@ def test_every_fitting_candidate_is_within_budget_and_the_cheapest_is_chosen() -
                        for c in fitting)
             if p.roles is not None and spec.head_dim in MEASURED_TILES:
                 # The Hopper tile table outranks the model: its entry, with the overlap, is chosen.
-                assert (p.block_n, p.stages) == MEASURED_TILES[spec.head_dim] and p.roles.intra_wg_overlap
+                want = MEASURED_TILES[spec.head_dim]
+                assert (p.block_n, p.stages, p.roles.intra_wg_overlap) == (want.block_n, want.stages, want.overlap)
+                assert p.roles.consumer_warpgroups == want.consumer_warpgroups and p.pipeline is want.pipeline
                 assert "measured tiles" in p.reason
                 fitting = [c for c in fitting if measured_preference(spec, c.tiling) == 0]
             best = min(c.cost.predicted_us for c in fitting if c.cost is not None)
