@@ -260,11 +260,17 @@ def _print_explain(kernel_plan: KernelPlan) -> None:
     info = arch_info(kernel_plan.arch)
     spec = kernel_plan.spec
     console = _console()
-    console.print(f"[bold]{spec.name}[/] on {kernel_plan.arch.value} ({info.parts}): "
-                  f"{info.smem_per_block} B shared memory per block, "
+    roles = kernel_plan.roles
+    console.print(f"[bold]{spec.name}[/] on {kernel_plan.arch.value} ({info.parts}), pipeline "
+                  f"{kernel_plan.pipeline.value}: {info.smem_per_block} B shared memory per block, "
                   f"{info.max_regs_per_thread} registers per thread")
+    if roles is not None:
+        console.print(f"warp roles: 1 producer warpgroup (TMA, setmaxnreg {roles.producer_regs}), "
+                      f"{roles.consumer_warpgroups} consumer warpgroups (wgmma, setmaxnreg {roles.consumer_regs}); "
+                      f"ping-pong {'on' if roles.pingpong else 'off'}; 'regs est' is per consumer thread")
     table = Table(show_lines=False)
-    for name in ("", "block_m x block_n", "warps", "stages", "q in regs", "smem B", "regs est",
+    fifth = "overlap" if roles is not None else "q in regs"
+    for name in ("", "block_m x block_n", "warps", "stages", fifth, "smem B", "regs est",
                  "fits / reason", "predicted us"):
         table.add_column(name, justify="left" if name in ("", "fits / reason") else "right",
                          overflow="fold")
@@ -272,7 +278,8 @@ def _print_explain(kernel_plan: KernelPlan) -> None:
         t = cand.tiling
         chosen = t == kernel_plan.tiling
         table.add_row("*" if chosen else "", f"{t.block_m} x {t.block_n}", str(t.num_warps), str(t.stages),
-                      "yes" if t.q_in_regs else "no", str(cand.smem_bytes), str(cand.regs_estimate),
+                      "yes" if (t.intra_wg_overlap if roles is not None else t.q_in_regs) else "no",
+                      str(cand.smem_bytes), str(cand.regs_estimate),
                       "fits" if cand.fits else f"[dim]{escape(cand.reason)}[/]",
                       f"{cand.cost.predicted_us:.2f}" if cand.cost else "-",
                       style="bold green" if chosen else None)

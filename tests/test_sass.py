@@ -30,6 +30,9 @@ def test_hopper_forward_runs_on_wgmma_and_tma(pipeline: str, head_dim: int) -> N
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", pipeline=pipeline)
     cubin = build.build(spec, "sm90")
     assert all(r.spill_stores == r.spill_loads == 0 for r in cubin.resources)
+    manifest = build.manifest(cubin)
+    assert manifest["plan"]["pipeline"] == pipeline
+    assert manifest["plan"]["roles"]["pingpong"] == (pipeline == "pingpong")
     ops = opcodes(disassemble(cubin.data))
     assert ops["HGMMA"] > 0, "wgmma must lower to HGMMA"
     assert ops["UTMALDG"] > 0, "TMA loads must lower to UTMALDG"
