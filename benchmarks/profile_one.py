@@ -18,9 +18,10 @@ def main() -> None:
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--pipeline", default="auto")
     args = ap.parse_args()
     d, s = args.head_dim, args.seqlen
-    spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if args.causal else "none")
+    spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if args.causal else "none", pipeline=args.pipeline)
     kernel = attngen.compile(spec)
     b, h = max(1, 16384 // s), 2048 // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
