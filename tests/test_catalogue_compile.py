@@ -77,3 +77,19 @@ def test_catalogue_backward_compiles_with_zero_spills(arch: Arch) -> None:
         for res in cubin.resources:
             assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), \
                 f"{spec.name} backward on {arch.value} spills: {res}"
+
+
+def test_sm90_catalogue_runs_the_hopper_pipelines_on_hgmma(catalogue_cubins: dict) -> None:
+    """On sm90 `auto` lowers every catalogue spec it can to warp_specialized or ping-pong: each such
+    variant (there must be at least three) builds without spills and its SASS holds HGMMA."""
+    from attngen.sass import disassemble, opcodes
+
+    hopper = [(spec, catalogue_cubins[(spec.name, Arch.sm90)]) for spec in CATALOGUE
+              if catalogue_cubins[(spec.name, Arch.sm90)].source.plan.pipeline.is_hopper]
+    assert len(hopper) >= 3
+    assert {c.source.plan.pipeline.value for _, c in hopper} == {"warp_specialized", "pingpong"}
+    for spec, cubin in hopper:
+        (res,) = cubin.resources
+        assert (res.spill_stores, res.spill_loads) == (0, 0), f"{spec.name}: {res}"
+        ops = opcodes(disassemble(cubin.data))
+        assert ops["HGMMA"] > 0 and ops["HMMA"] == 0, f"{spec.name}: {dict(ops)}"
