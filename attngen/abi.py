@@ -99,3 +99,7 @@ def layout(fields: tuple[Field, ...]) -> tuple[tuple[str, int], ...]:
 #: then the multistage kernel's fields (O and the LSE are written with plain stores).
 HOPPER_FWD_PARAMS: tuple[Field, ...] = _padded(
     (*(Field(f"tma_{t}", "TensorMap", _MAP) for t in "qkv"), *FWD_PARAMS), TENSOR_MAP_ALIGN)
+
+#: The Hopper dK/dV kernel: the tensor maps of Q, K, V and dO, then the backward's fields.
+HOPPER_BWD_PARAMS: tuple[Field, ...] = _padded(
+    (*(Field(f"tma_{t}", "TensorMap", _MAP) for t in ("q", "k", "v", "do")), *BWD_PARAMS), TENSOR_MAP_ALIGN)

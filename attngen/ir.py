@@ -167,6 +167,26 @@ class DqTiling(_Frozen):
     regs_estimate: int
 
 
+class HopperBwdTiling(_Frozen):
+    """The sm90 dK/dV kernel with dQ atomics: a producer warpgroup (TMA) and block_n / 64 consumer
+    warpgroups (wgmma) that each own 64 KV rows; query tiles of block_m rows stream through `stages`."""
+
+    block_m: int
+    block_n: int
+    stages: int
+    producer_regs: int
+    consumer_regs: int
+    #: The dQ product each consumer warpgroup computes: dq_cols head-dim columns over dq_rows KV rows.
+    dq_cols: int
+    dq_rows: int
+    smem_bytes: int
+    regs_estimate: int
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.block_n // 64)
+
+
 class BwdPlan(_Frozen):
     spec: AttentionSpec
     arch: Arch
@@ -179,14 +199,18 @@ class BwdPlan(_Frozen):
     #: dQ accumulated by the dK/dV kernel with fp32 atomics (5 GEMMs per tile pair, run-to-run
     #: rounding may differ); False: the atomic-free dQ kernel (7 GEMMs, bitwise reproducible).
     dq_atomic: bool = False
+    #: sm90, non-deterministic specs: the wgmma dK/dV kernel with dQ atomics replaces dkdv and dq.
+    hopper: HopperBwdTiling | None = None
     reason: str
     rejected: tuple[str, ...] = ()
 
     @property
     def entry_names(self) -> tuple[str, ...]:
-        return tuple(f"{self.kernel_name}_{k}" for k in ("preprocess", "dkdv", "dq"))
+        kinds = ("preprocess", "dkdv", "dq", "dkdv_wgmma") if self.hopper else ("preprocess", "dkdv", "dq")
+        return tuple(f"{self.kernel_name}_{k}" for k in kinds)
 
     def summary(self) -> dict[str, object]:
         return {"kernel_name": self.kernel_name, "arch": self.arch.value, "dkdv": self.dkdv.model_dump(),
-                "dq": self.dq.model_dump(), "dq_atomic": self.dq_atomic, "preprocess_rows": self.preprocess_rows,
+                "dq": self.dq.model_dump(), "dq_atomic": self.dq_atomic,
+                "hopper": self.hopper.model_dump() if self.hopper else None, "preprocess_rows": self.preprocess_rows,
                 "reason": self.reason}

@@ -6,7 +6,7 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .abi import BWD_PARAMS, ctypes_struct, set_strides
+from .abi import BWD_PARAMS, HOPPER_BWD_PARAMS, ctypes_struct, set_strides
 from .artifacts import Cubin
 from .spec import Arch, AttentionSpec
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import torch
 
 _Params = ctypes_struct(BWD_PARAMS, "BwdParams")
+_HopperParams = ctypes_struct(HOPPER_BWD_PARAMS, "HopperBwdParams")
 PRE_THREADS = 128
 
 
@@ -53,22 +54,30 @@ class BackwardKernels:
 
         arch = current_arch(q.device)
         plan = self.cubin(arch).source.plan
-        pre, dkdv, dq_entry = plan.entry_names  # type: ignore[attr-defined]
+        pre, dkdv, dq_entry = plan.entry_names[:3]  # type: ignore[attr-defined]
+        hopper = plan.hopper  # type: ignore[attr-defined]
         batch, seqlen_q, heads, _ = q.shape
         seqlen_k, kv_heads = k.shape[1], k.shape[2]
         delta = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-        atomic = plan.dq_atomic  # type: ignore[attr-defined]
+        atomic = plan.dq_atomic or hopper is not None  # type: ignore[attr-defined]
         dq_accum = torch.zeros((batch, seqlen_q, heads, q.shape[-1]), dtype=torch.float32, device=q.device) \
             if atomic else delta
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-        params = _Params(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
+        struct = _HopperParams if hopper is not None else _Params
+        params = struct(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
                          lse=lse.data_ptr(), delta=delta.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
                          dv=dv.data_ptr(), dq_accum=dq_accum.data_ptr(), seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                          heads=heads, kv_heads=kv_heads,
                          scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
         set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv)
+        if hopper is not None:
+            from . import tma
+
+            for field, t, rows in (("tma_q", q, hopper.block_m), ("tma_do", dout, hopper.block_m),
+                                   ("tma_k", k, hopper.block_n), ("tma_v", v, hopper.block_n)):
+                tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
         device = q.device.index or 0
         stream = torch.cuda.current_stream(q.device).cuda_stream
         rows = plan.preprocess_rows  # type: ignore[attr-defined]
@@ -80,7 +89,11 @@ class BackwardKernels:
             delta.sub_(dlse)
         a, b = plan.dkdv, plan.dq  # type: ignore[attr-defined]
         grid_kv = (-(-seqlen_k // a.block_n) * (q.shape[-1] // a.d_chunk), kv_heads, batch)
-        if seqlen_k:
+        if seqlen_k and hopper is not None:
+            grid_hb = (-(-seqlen_k // hopper.block_n), kv_heads, batch)
+            launch(self._function(device, arch, plan.entry_names[3], hopper.smem_bytes),  # type: ignore[attr-defined]
+                   grid_hb, hopper.threads, stream, params)
+        elif seqlen_k:
             launch(self._function(device, arch, dkdv, a.smem_bytes), grid_kv, a.num_warps * 32, stream, params)
         if atomic:
             torch.mul(dq_accum, softmax_scale, out=dq_accum)

@@ -12,7 +12,7 @@ import itertools
 
 from .archs import ArchInfo, arch_info
 from .errors import PlanError
-from .ir import BwdPlan, DkdvTiling, DqTiling
+from .ir import BwdPlan, DkdvTiling, DqTiling, HopperBwdTiling
 from .planner import ITER_OVERHEAD_CLK, MAX_COPIES_PER_THREAD, kernel_name, swizzle_chunks
 from .spec import Arch, AttentionSpec, PipelineKind
 
@@ -30,6 +30,8 @@ REF_SEQLEN = 4096
 #: atomic-free kernels (benchmarks/results/h100/bwd/bwd_atomic_dq.json, NOTES.md), though it passed
 #: the whole GPU backward suite. On again once its dK/dV tiles are larger.
 USE_ATOMIC_DQ = False
+#: The sm90 wgmma backward (plan_hopper_bwd) where it serves the spec.
+USE_HOPPER_BWD = True
 REF_HIDDEN = 2048
 
 
@@ -151,6 +153,43 @@ def _dq_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> 
     return out
 
 
+#: The sm90 wgmma dK/dV kernel (with dQ atomics) serves non-deterministic specs of these head dims:
+#: its dK and dV accumulators (head_dim fp32 registers per consumer thread together) leave room for
+#: the scores only up to 128.
+HOPPER_BWD_HEAD_DIMS = (64, 128)
+HOPPER_BWD_BLOCK_M = 64
+HOPPER_BWD_BLOCK_N = 128
+HOPPER_BWD_STAGES = 2
+#: Consumer registers beside dK, dV, S^T and dP^T (calibrated with -Xptxas=-v like the forward's).
+HOPPER_BWD_REG_OVERHEAD = 40
+
+
+def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTiling | None, str]:
+    """The Hopper dK/dV tiling, or None and why not."""
+    from .planner_hopper import ALIGN_SLACK, roles
+
+    if info.wgmma_flops_per_clk == 0:
+        return None, f"{info.arch.value} has no wgmma"
+    if spec.deterministic:
+        return None, "deterministic: the wgmma kernel adds dQ with atomics"
+    if spec.head_dim not in HOPPER_BWD_HEAD_DIMS:
+        return None, f"head_dim {spec.head_dim}: dK and dV do not fit the consumer registers beside the scores"
+    d, bm, bn, st = spec.head_dim, HOPPER_BWD_BLOCK_M, HOPPER_BWD_BLOCK_N, HOPPER_BWD_STAGES
+    e = spec.dtype.itemsize
+    smem = 2 * bn * d * e + 2 * st * bm * d * e + bn * bm * e + 8 * (1 + 2 * st) + ALIGN_SLACK
+    split = roles(info, bn // 64, pingpong=False, overlap=False)
+    regs = d + bm + HOPPER_BWD_REG_OVERHEAD
+    if smem > info.smem_per_block or regs > split.consumer_regs:
+        return None, f"needs {smem} B and ~{regs} registers; {info.arch.value} gives {info.smem_per_block} B, " \
+                     f"{split.consumer_regs} registers"
+    # dQ: with head dim 128 each warpgroup takes 64 columns over all KV rows; with 64, all columns
+    # over its own 64 KV rows (both add into the same accumulator).
+    dq_cols, dq_rows = (64, bn) if d == 128 else (d, 64)
+    return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=split.producer_regs,
+                           consumer_regs=split.consumer_regs, dq_cols=dq_cols, dq_rows=dq_rows, smem_bytes=smem,
+                           regs_estimate=regs), "fits"
+
+
 def plan_bwd(spec: AttentionSpec, arch: Arch | str) -> BwdPlan:
     """The backward kernels' tiles for `spec` on `arch`; PlanError when none fits."""
     arch = Arch(arch)
@@ -171,5 +210,8 @@ def plan_bwd(spec: AttentionSpec, arch: Arch | str) -> BwdPlan:
               f"{len(dkdv)} fitting; dq: {'accumulated with atomics in dkdv' if dq_atomic else 'atomic-free kernel'}"
               f", lowest predicted cost of {len(dq)} fitting")
     name = kernel_name(spec, arch, PipelineKind.multistage).replace("attn_fwd_", "attn_bwd_", 1)
-    return BwdPlan(spec=spec, arch=arch, kernel_name=name,
-                   dkdv=best, dq=best_dq, dq_atomic=dq_atomic, reason=reason, rejected=tuple(rejected))
+    hopper, why = plan_hopper_bwd(spec, info) if USE_HOPPER_BWD else (None, "disabled")
+    reason += ("; sm90: the wgmma dK/dV kernel with dQ atomics replaces dkdv and dq" if hopper
+               else f"; no wgmma kernel ({why})")
+    return BwdPlan(spec=spec, arch=arch, kernel_name=name, dkdv=best, dq=best_dq, dq_atomic=dq_atomic,
+                   hopper=hopper, reason=reason, rejected=tuple(rejected))

@@ -8,15 +8,16 @@ from functools import lru_cache
 import jinja2
 
 from . import __version__
-from .abi import BWD_PARAMS, FWD_PARAMS, HOPPER_FWD_PARAMS, layout
+from .abi import BWD_PARAMS, FWD_PARAMS, HOPPER_BWD_PARAMS, HOPPER_FWD_PARAMS, layout
 from .artifacts import KernelSource
 from .cxx import DTYPE_TAGS
 from .ir import BwdPlan, KernelPlan
 from .paths import templates_dir
-from .wgmma import attention_ops
+from .wgmma import attention_ops, backward_ops
 
 FWD_TEMPLATE = "attn_fwd.cu.j2"
 HOPPER_FWD_TEMPLATE = "attn_fwd_hopper.cu.j2"
+HOPPER_BWD_TEMPLATE = "attn_bwd_hopper.cu.j2"
 BWD_TEMPLATE = "attn_bwd.cu.j2"
 
 
@@ -103,8 +104,23 @@ def bwd_context(plan: BwdPlan) -> dict[str, object]:
             "swizzle_chunks": swizzle_chunks(plan.spec.head_dim)}
 
 
+def hopper_bwd_context(plan: BwdPlan) -> dict[str, object]:
+    """Every value the Hopper dK/dV template reads."""
+    hb = plan.hopper
+    assert hb is not None
+    t_op, acc_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols)
+    line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
+            f"regs {hb.producer_regs}/{hb.consumer_regs}, dQ {hb.dq_cols} columns x {hb.dq_rows} rows per warpgroup")
+    return {**_common_context(plan, line), "hb": hb, "t_op": t_op, "acc_op": acc_op, "dq_op": dq_op,
+            "wgmma_ops": (t_op, acc_op, dq_op), "params": HOPPER_BWD_PARAMS,
+            "params_layout": layout(HOPPER_BWD_PARAMS)}
+
+
 def render_bwd(plan: BwdPlan) -> KernelSource:
-    """The backward kernels (preprocess, dK/dV, dQ) of one spec and arch, in one source."""
+    """The backward kernels (preprocess, dK/dV, dQ, and on sm90 the wgmma dK/dV) of one spec and
+    arch, in one source."""
     code = _environment().get_template(BWD_TEMPLATE).render(**bwd_context(plan))
+    if plan.hopper is not None:
+        code += "\n" + _environment().get_template(HOPPER_BWD_TEMPLATE).render(**hopper_bwd_context(plan))
     return KernelSource(plan=plan, code=code, entry_names=plan.entry_names,  # type: ignore[arg-type]
                         spec_hash=plan.spec.spec_hash())

@@ -19,14 +19,19 @@ class WgmmaOp:
     a_in_regs: bool
     #: B is MN-major in shared memory (V: head dim contiguous), transposed by the instruction.
     trans_b: bool
+    #: A (from shared memory) is M-major, transposed by the instruction.
+    trans_a: bool = False
 
     def __post_init__(self) -> None:
         if not (MIN_N <= self.n <= MAX_N and self.n % N_STEP == 0):
             raise ValueError(f"wgmma N must be a multiple of {N_STEP} in [{MIN_N}, {MAX_N}], got {self.n}")
+        if self.trans_a and self.a_in_regs:
+            raise ValueError("an A operand in registers is K-major: it cannot be transposed")
 
     @property
     def name(self) -> str:
-        return f"wgmma_m64n{self.n}k16_{'rs' if self.a_in_regs else 'ss'}{'_tb' if self.trans_b else ''}"
+        return (f"wgmma_m64n{self.n}k16_{'rs' if self.a_in_regs else 'ss'}{'_ta' if self.trans_a else ''}"
+                f"{'_tb' if self.trans_b else ''}")
 
     @property
     def _acc(self) -> int:
@@ -55,7 +60,7 @@ class WgmmaOp:
     def trans_tail(self) -> str:
         """imm-trans-a (descriptor form only) and imm-trans-b."""
         tb = int(self.trans_b)
-        return f", {tb}" if self.a_in_regs else f", 0, {tb}"
+        return f", {tb}" if self.a_in_regs else f", {int(self.trans_a)}, {tb}"
 
     @property
     def a_param(self) -> str:
@@ -69,6 +74,14 @@ class WgmmaOp:
     def in_constraints(self) -> str:
         a = ", ".join(f'"r"(a[{i}])' for i in range(4)) if self.a_in_regs else '"l"(desc_a)'
         return f'{a}, "l"(desc_b), "r"(scale_d)'
+
+
+def backward_ops(block_m: int, head_dim: int, dq_cols: int) -> tuple[WgmmaOp, ...]:
+    """The Hopper dK/dV kernel's instructions: S^T = K Q^T and dP^T = V dO^T (64 KV rows x block_m
+    queries, both K-major); dV += P^T dO and dK += dS^T Q (A in registers, B MN-major); the dQ
+    partial dS K (A = dS^T from shared memory, M-major; B = K, MN-major)."""
+    return (WgmmaOp(block_m, a_in_regs=False, trans_b=False), WgmmaOp(head_dim, a_in_regs=True, trans_b=True),
+            WgmmaOp(dq_cols, a_in_regs=False, trans_b=True, trans_a=True))
 
 
 def attention_ops(block_n: int, head_dim: int) -> tuple[WgmmaOp, WgmmaOp]:
