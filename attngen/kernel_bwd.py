@@ -65,19 +65,22 @@ class BackwardKernels:
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-        struct = _HopperParams if hopper is not None else _Params
-        params = struct(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
-                         lse=lse.data_ptr(), delta=delta.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
-                         dv=dv.data_ptr(), dq_accum=dq_accum.data_ptr(), seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                         heads=heads, kv_heads=kv_heads,
-                         scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
+        fields = dict(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
+                      lse=lse.data_ptr(), delta=delta.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
+                      dv=dv.data_ptr(), dq_accum=dq_accum.data_ptr(), seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                      heads=heads, kv_heads=kv_heads,
+                      scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
+        params = _Params(**fields)
         set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv)
         if hopper is not None:
             from . import tma
 
+            # The wgmma kernel's block: the four tensor maps, then the same fields.
+            hopper_params = _HopperParams(**fields)
+            set_strides(hopper_params, q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv)
             for field, t, rows in (("tma_q", q, hopper.block_m), ("tma_do", dout, hopper.block_m),
                                    ("tma_k", k, hopper.block_n), ("tma_v", v, hopper.block_n)):
-                tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
+                tma.fill(hopper_params, field, tma.tensor_map(tma.map_key(t, rows)))
         device = q.device.index or 0
         stream = torch.cuda.current_stream(q.device).cuda_stream
         rows = plan.preprocess_rows  # type: ignore[attr-defined]
@@ -92,7 +95,7 @@ class BackwardKernels:
         if seqlen_k and hopper is not None:
             grid_hb = (-(-seqlen_k // hopper.block_n), kv_heads, batch)
             launch(self._function(device, arch, plan.entry_names[3], hopper.smem_bytes),  # type: ignore[attr-defined]
-                   grid_hb, hopper.threads, stream, params)
+                   grid_hb, hopper.threads, stream, hopper_params)
         elif seqlen_k:
             launch(self._function(device, arch, dkdv, a.smem_bytes), grid_kv, a.num_warps * 32, stream, params)
         if atomic:
