@@ -100,6 +100,8 @@ def layout(fields: tuple[Field, ...]) -> tuple[tuple[str, int], ...]:
 HOPPER_FWD_PARAMS: tuple[Field, ...] = _padded(
     (*(Field(f"tma_{t}", "TensorMap", _MAP) for t in "qkv"), *FWD_PARAMS), TENSOR_MAP_ALIGN)
 
-#: The Hopper dK/dV kernel: the tensor maps of Q, K, V and dO, then the backward's fields.
+#: The Hopper dK/dV kernel: the tensor maps of Q, K, V, dO and the fp32 dQ accumulator, then the
+#: backward's fields.
 HOPPER_BWD_PARAMS: tuple[Field, ...] = _padded(
-    (*(Field(f"tma_{t}", "TensorMap", _MAP) for t in ("q", "k", "v", "do")), *BWD_PARAMS), TENSOR_MAP_ALIGN)
+    (*(Field(f"tma_{t}", "TensorMap", _MAP) for t in ("q", "k", "v", "do", "dq_accum")), *BWD_PARAMS),
+    TENSOR_MAP_ALIGN)

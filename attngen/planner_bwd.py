@@ -176,15 +176,17 @@ def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTilin
         return None, f"head_dim {spec.head_dim}: dK and dV do not fit the consumer registers beside the scores"
     d, bm, bn, st = spec.head_dim, HOPPER_BWD_BLOCK_M, HOPPER_BWD_BLOCK_N, HOPPER_BWD_STAGES
     e = spec.dtype.itemsize
-    smem = 2 * bn * d * e + 2 * st * bm * d * e + bn * bm * e + 8 * (1 + 2 * st) + ALIGN_SLACK
+    # dQ: with head dim 128 each warpgroup takes 64 columns over all KV rows; with 64, all columns
+    # over its own 64 KV rows (both add into the same accumulator).
+    dq_cols, dq_rows = (64, bn) if d == 128 else (d, 64)
+    # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup; mbarriers.
+    smem = (2 * bn * d * e + 2 * st * bm * d * e + bn * bm * e + (bn // 64) * bm * dq_cols * 4
+            + 8 * (1 + 2 * st) + ALIGN_SLACK)
     split = roles(info, bn // 64, pingpong=False, overlap=False)
     regs = d + bm + HOPPER_BWD_REG_OVERHEAD
     if smem > info.smem_per_block or regs > split.consumer_regs:
         return None, f"needs {smem} B and ~{regs} registers; {info.arch.value} gives {info.smem_per_block} B, " \
                      f"{split.consumer_regs} registers"
-    # dQ: with head dim 128 each warpgroup takes 64 columns over all KV rows; with 64, all columns
-    # over its own 64 KV rows (both add into the same accumulator).
-    dq_cols, dq_rows = (64, bn) if d == 128 else (d, 64)
     return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=split.producer_regs,
                            consumer_regs=split.consumer_regs, dq_cols=dq_cols, dq_rows=dq_rows, smem_bytes=smem,
                            regs_estimate=regs), "fits"

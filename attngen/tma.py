@@ -33,13 +33,17 @@ class MapKey:
     #: Bytes between consecutive seqlen, heads and batch indices.
     strides: tuple[int, int, int]
     box_rows: int
+    #: Columns per box; 64 16-bit elements fill one 128-byte swizzle row.
+    box_cols: int = BOX_COLS
+    #: fp32 maps (the dQ accumulator's bulk reductions) are unswizzled; 16-bit ones 128-byte swizzled.
+    fp32: bool = False
 
 
 _CACHE: OrderedDict[MapKey, bytes] = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def map_key(t: object, box_rows: int) -> MapKey:
+def map_key(t: object, box_rows: int, box_cols: int = BOX_COLS) -> MapKey:
     """The key of a 16-bit (batch, seqlen, heads, head_dim) torch tensor with a contiguous last dim.
 
     An empty dimension becomes 1 (a map cannot be empty; the kernel never reads past the true
@@ -56,23 +60,27 @@ def map_key(t: object, box_rows: int) -> MapKey:
             raise LaunchError(f"a tensor's {name} stride of {s} bytes cannot be described to TMA (a positive "
                               f"multiple of {STRIDE_ALIGN} below 2^40 is needed); pass a contiguous tensor")
     dims = (head_dim, max(1, seqlen), max(1, heads), max(1, batch))
-    return MapKey(address=t.data_ptr(), dims=dims, strides=strides, box_rows=box_rows)  # type: ignore[attr-defined]
+    fp32 = elem == 4
+    return MapKey(address=t.data_ptr(), dims=dims, strides=strides, box_rows=box_rows,  # type: ignore[attr-defined]
+                  box_cols=box_cols, fp32=fp32)
 
 
 def _encode(key: MapKey) -> bytes:
     from cuda.bindings import driver
 
-    dtype = driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16  # raw 16-bit copies
+    types = driver.CUtensorMapDataType
+    dtype = types.CU_TENSOR_MAP_DATA_TYPE_FLOAT32 if key.fp32 else types.CU_TENSOR_MAP_DATA_TYPE_UINT16
+    swizzle = driver.CUtensorMapSwizzle
     u32, u64 = driver.cuuint32_t, driver.cuuint64_t
     err, tmap = driver.cuTensorMapEncodeTiled(
         dtype, 4, key.address, [u64(d) for d in key.dims], [u64(s) for s in key.strides],
-        [u32(b) for b in (BOX_COLS, key.box_rows, 1, 1)], [u32(1)] * 4,
+        [u32(b) for b in (key.box_cols, key.box_rows, 1, 1)], [u32(1)] * 4,
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        swizzle.CU_TENSOR_MAP_SWIZZLE_NONE if key.fp32 else swizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     check_result((err,), f"encoding a TMA tensor map (dims {key.dims}, strides {key.strides} B, box "
-                         f"{BOX_COLS} x {key.box_rows})")
+                         f"{key.box_cols} x {key.box_rows})")
     return ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
 
 

@@ -75,7 +75,15 @@ def main() -> int:
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,8192,16384")
     ap.add_argument("--out", default="bwd.json")
+    ap.add_argument("--templates", default=None, help="render from this template directory (A/B a change)")
     args = ap.parse_args()
+    if args.templates:
+        import importlib
+        from pathlib import Path
+
+        renderer = importlib.import_module("attngen.render")
+        renderer.templates_dir = lambda: Path(args.templates)  # type: ignore[attr-defined]
+        renderer._environment.cache_clear()
     rows = run([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seqlens.split(",")])
     with open(args.out, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
