@@ -27,7 +27,9 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
         assert b.smem_bytes == dq_smem(spec, b.block_m, b.block_n, b.stages) <= info.smem_per_block
         assert a.regs_estimate <= 255 and b.regs_estimate <= 255
         assert spec.head_dim % a.d_chunk == 0 and spec.head_dim % b.d_chunk == 0
-        assert all("bwd" in name for name in p.entry_names) and len(p.entry_names) == 3
+        assert all("bwd" in name for name in p.entry_names)
+        assert len(p.entry_names) == (4 if p.hopper else 3)
+        assert (p.hopper is not None) == (arch is Arch.sm90 and spec.head_dim == 128 and not spec.deterministic)
 
 
 def test_deterministic_specs_never_use_atomics(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,3 +74,16 @@ def test_atomic_dq_variant_compiles_without_spills(head_dim: int, monkeypatch: p
     assert p.dq_atomic
     cubin = compile_source(render_bwd(p))
     assert all((r.spill_stores, r.spill_loads) == (0, 0) for r in cubin.resources), cubin.resources
+
+
+def test_hopper_backward_serves_sm90_hd128_unless_deterministic() -> None:
+    from attngen.planner_bwd import plan_bwd
+
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    p = plan_bwd(spec, "sm90")
+    assert p.hopper is not None and p.entry_names[-1].endswith("_dkdv_wgmma")
+    assert p.hopper.smem_bytes <= 232448 and p.hopper.regs_estimate <= p.hopper.consumer_regs
+    assert p.hopper.block_n == 128 and p.hopper.threads == 384 and "wgmma" in p.reason
+    assert plan_bwd(spec.model_copy(update={"deterministic": True}), "sm90").hopper is None
+    assert plan_bwd(spec, "sm80").hopper is None and plan_bwd(spec, "sm100").hopper is None
+    assert "head_dim 256" in plan_bwd(spec.model_copy(update={"head_dim": 256}), "sm90").reason
