@@ -19,14 +19,18 @@ def main() -> None:
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--pipeline", default="auto")
+    ap.add_argument("--backward", action="store_true", help="run forward and backward")
     args = ap.parse_args()
     d, s = args.head_dim, args.seqlen
     spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if args.causal else "none", pipeline=args.pipeline)
     kernel = attngen.compile(spec)
     b, h = max(1, 16384 // s), 2048 // d
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=args.backward)
+               for _ in range(3))
     for _ in range(3):
-        kernel(q, k, v)
+        out = kernel(q, k, v)
+        if args.backward:
+            out.backward(torch.randn_like(out))
     torch.cuda.synchronize()
     print(kernel.cubins[next(iter(kernel.cubins))].source.plan.summary()["kernel_name"])
 
