@@ -16,7 +16,8 @@ from .abi import TENSOR_MAP_BYTES
 from .errors import LaunchError
 from .runtime import check_result
 
-#: Columns per box: 128 bytes of 16-bit elements, the widest row the 128-byte swizzle allows.
+#: Columns per box: 128 bytes of 16-bit elements, the widest row the 128-byte swizzle allows (32
+#: columns for fp32). Every map is 128-byte swizzled.
 BOX_COLS = 64
 #: Maps kept per process (three per launch; a training step launches a few shapes).
 CACHE_SIZE = 64
@@ -35,7 +36,7 @@ class MapKey:
     box_rows: int
     #: Columns per box; 64 16-bit elements fill one 128-byte swizzle row.
     box_cols: int = BOX_COLS
-    #: fp32 maps (the dQ accumulator's bulk reductions) are unswizzled; 16-bit ones 128-byte swizzled.
+    #: fp32 elements (the dQ accumulator's bulk reductions: boxes of 32 columns), else 16-bit.
     fp32: bool = False
 
 
@@ -76,7 +77,7 @@ def _encode(key: MapKey) -> bytes:
         dtype, 4, key.address, [u64(d) for d in key.dims], [u64(s) for s in key.strides],
         [u32(b) for b in (key.box_cols, key.box_rows, 1, 1)], [u32(1)] * 4,
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        swizzle.CU_TENSOR_MAP_SWIZZLE_NONE if key.fp32 else swizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        swizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     check_result((err,), f"encoding a TMA tensor map (dims {key.dims}, strides {key.strides} B, box "
