@@ -182,8 +182,9 @@ def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTilin
     # over its own 64 KV rows (both add into the same accumulator).
     dq_cols, dq_rows = (64, bn) if d == 128 else (d, 64)
     # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup; mbarriers.
+    # ... and per consumer warpgroup a double buffer of the query rows' LSE and D.
     smem = (2 * bn * d * e + 2 * st * bm * d * e + bn * bm * e + (bn // 64) * bm * dq_cols * 4
-            + 8 * (1 + 2 * st) + ALIGN_SLACK)
+            + (bn // 64) * 2 * 2 * bm * 4 + 8 * (1 + 2 * st) + ALIGN_SLACK)
     split = roles(info, bn // 64, pingpong=False, overlap=False)
     regs = d + bm + HOPPER_BWD_REG_OVERHEAD
     if smem > info.smem_per_block or regs > split.consumer_regs:
