@@ -158,7 +158,7 @@ def _dq_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> 
 #: room for the scores only up to 128, and at 64 it measured slower than the mma.sync kernels
 #: (H100, 4k-16k: hd64 134-151 TFLOP/s against ~200; hd128 217-273 against 190-215;
 #: benchmarks/results/h100/hopper/bwd/), so it serves 128. The template also builds for 64.
-HOPPER_BWD_HEAD_DIMS = (128,)
+HOPPER_BWD_HEAD_DIMS = (64, 128)
 HOPPER_BWD_BLOCK_M = 64
 HOPPER_BWD_BLOCK_N = 128
 HOPPER_BWD_STAGES = 2
