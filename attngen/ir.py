@@ -179,6 +179,10 @@ class HopperBwdTiling(_Frozen):
     #: The dQ product each consumer warpgroup computes: dq_cols head-dim columns over dq_rows KV rows.
     dq_cols: int
     dq_rows: int
+    #: Per-warpgroup offsets of the dQ product: head-dim columns, KV rows, query rows.
+    dq_col_step: int
+    dq_kv_step: int
+    dq_query_step: int
     smem_bytes: int
     regs_estimate: int
 

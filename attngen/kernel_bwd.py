@@ -82,7 +82,7 @@ class BackwardKernels:
                                    ("tma_k", k, hopper.block_n), ("tma_v", v, hopper.block_n)):
                 tma.fill(hopper_params, field, tma.tensor_map(tma.map_key(t, rows)))
             tma.fill(hopper_params, "tma_dq_accum",
-                     tma.tensor_map(tma.map_key(dq_accum, hopper.block_m, box_cols=32)))
+                     tma.tensor_map(tma.map_key(dq_accum, 64, box_cols=32)))
         device = q.device.index or 0
         stream = torch.cuda.current_stream(q.device).cuda_stream
         rows = plan.preprocess_rows  # type: ignore[attr-defined]

@@ -159,7 +159,8 @@ def _dq_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> 
 #: (H100, 4k-16k: hd64 134-151 TFLOP/s against ~200; hd128 217-273 against 190-215;
 #: benchmarks/results/h100/hopper/bwd/), so it serves 128. The template also builds for 64.
 HOPPER_BWD_HEAD_DIMS = (64, 128)
-HOPPER_BWD_BLOCK_M = 64
+#: Query rows per step: 64 at hd128 (registers: dK + dV take 128), 128 at hd64.
+HOPPER_BWD_BLOCK_M = {64: 128, 128: 64}
 HOPPER_BWD_BLOCK_N = 128
 HOPPER_BWD_STAGES = 2
 #: Consumer registers beside dK, dV, S^T and dP^T (calibrated with -Xptxas=-v like the forward's).
@@ -176,14 +177,17 @@ def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTilin
         return None, "deterministic: the wgmma kernel adds dQ with atomics"
     if spec.head_dim not in HOPPER_BWD_HEAD_DIMS:
         return None, f"head_dim {spec.head_dim}: dK and dV do not fit the consumer registers beside the scores"
-    d, bm, bn, st = spec.head_dim, HOPPER_BWD_BLOCK_M, HOPPER_BWD_BLOCK_N, HOPPER_BWD_STAGES
+    d, bn, st = spec.head_dim, HOPPER_BWD_BLOCK_N, HOPPER_BWD_STAGES
+    bm = HOPPER_BWD_BLOCK_M[d]
     e = spec.dtype.itemsize
-    # dQ: with head dim 128 each warpgroup takes 64 columns over all KV rows; with 64, all columns
-    # over its own 64 KV rows (both add into the same accumulator).
-    dq_cols, dq_rows = (64, bn) if d == 128 else (d, 64)
+    # dQ (block_m queries x head_dim over the block's KV rows) split between the two warpgroups: at
+    # hd128 by columns (64 each), at hd64 with 128 queries by query rows (64 each); each product
+    # covers all KV rows, so every element of the accumulator gets one add per block.
+    dq_cols, dq_rows = 64, bn
+    col_step, query_step = (64, 0) if bm == 64 else (0, 64)
     # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup; mbarriers.
     # ... and per consumer warpgroup a double buffer of the query rows' LSE and D.
-    smem = (2 * bn * d * e + 2 * st * bm * d * e + bn * bm * e + (bn // 64) * bm * dq_cols * 4
+    smem = (2 * bn * d * e + 2 * st * bm * d * e + bn * bm * e + (bn // 64) * 64 * dq_cols * 4
             + (bn // 64) * 2 * 2 * bm * 4 + 8 * (1 + 2 * st) + ALIGN_SLACK)
     split = roles(info, bn // 64, pingpong=False, overlap=False)
     regs = d + bm + HOPPER_BWD_REG_OVERHEAD
@@ -191,7 +195,8 @@ def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTilin
         return None, f"needs {smem} B and ~{regs} registers; {info.arch.value} gives {info.smem_per_block} B, " \
                      f"{split.consumer_regs} registers"
     return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=split.producer_regs,
-                           consumer_regs=split.consumer_regs, dq_cols=dq_cols, dq_rows=dq_rows, smem_bytes=smem,
+                           consumer_regs=split.consumer_regs, dq_cols=dq_cols, dq_rows=dq_rows, dq_col_step=col_step,
+                           dq_kv_step=0, dq_query_step=query_step, smem_bytes=smem,
                            regs_estimate=regs), "fits"
 
 
