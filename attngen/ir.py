@@ -183,6 +183,8 @@ class HopperBwdTiling(_Frozen):
     dq_col_step: int
     dq_kv_step: int
     dq_query_step: int
+    #: dV and dK take P^T and dS^T from shared memory (A operands) instead of registers.
+    dkv_from_smem: bool = False
     smem_bytes: int
     regs_estimate: int
 

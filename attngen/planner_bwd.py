@@ -187,7 +187,10 @@ def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTilin
     col_step, query_step = (64, 0) if bm == 64 else (0, 64)
     # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup; mbarriers.
     # ... and per consumer warpgroup a double buffer of the query rows' LSE and D.
-    smem = (2 * bn * d * e + 2 * st * bm * d * e + bn * bm * e + (bn // 64) * 64 * dq_cols * 4
+    # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
+    # would spill beside S^T and dP^T: 60 B at hd64), so P^T gets a tile beside dS^T.
+    from_smem = bm == 128
+    smem = (2 * bn * d * e + 2 * st * bm * d * e + (2 if from_smem else 1) * bn * bm * e + (bn // 64) * 64 * dq_cols * 4
             + (bn // 64) * 2 * 2 * bm * 4 + 8 * (1 + 2 * st) + ALIGN_SLACK)
     split = roles(info, bn // 64, pingpong=False, overlap=False)
     regs = d + bm + HOPPER_BWD_REG_OVERHEAD
@@ -196,7 +199,7 @@ def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTilin
                      f"{split.consumer_regs} registers"
     return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=split.producer_regs,
                            consumer_regs=split.consumer_regs, dq_cols=dq_cols, dq_rows=dq_rows, dq_col_step=col_step,
-                           dq_kv_step=0, dq_query_step=query_step, smem_bytes=smem,
+                           dq_kv_step=0, dq_query_step=query_step, dkv_from_smem=from_smem, smem_bytes=smem,
                            regs_estimate=regs), "fits"
 
 

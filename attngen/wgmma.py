@@ -78,9 +78,10 @@ class WgmmaOp:
 
 def backward_ops(block_m: int, head_dim: int, dq_cols: int) -> tuple[WgmmaOp, ...]:
     """The Hopper dK/dV kernel's instructions: S^T = K Q^T and dP^T = V dO^T (64 KV rows x block_m
-    queries, both K-major); dV += P^T dO and dK += dS^T Q (A in registers, B MN-major); the dQ
-    partial dS K (A = dS^T from shared memory, M-major; B = K, MN-major)."""
+    queries, both K-major); dV += P^T dO and dK += dS^T Q (A in registers, or K-major in shared
+    memory; B MN-major); the dQ partial dS K (A = dS^T from shared memory, M-major; B = K, MN-major)."""
     return (WgmmaOp(block_m, a_in_regs=False, trans_b=False), WgmmaOp(head_dim, a_in_regs=True, trans_b=True),
+            WgmmaOp(head_dim, a_in_regs=False, trans_b=True),
             WgmmaOp(dq_cols, a_in_regs=False, trans_b=True, trans_a=True))
 
 
