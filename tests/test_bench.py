@@ -391,3 +391,20 @@ def test_compile_only_needs_no_gpu(tmp_path: Path) -> None:
     assert row["arch"] == "sm80" and row["spec"] == "causal_bf16_hd64"
     assert row["cold_compile_s"] > 0 and not row["cold_from_cache"]
     assert row["load_from_cache"] and 0 < row["load_ms"] < 100
+
+
+def test_backward_report_renders_ratios(tmp_path: Path) -> None:
+    from attngen.bench import backward
+
+    def impl(bwd: float, both: float) -> dict:
+        return {"bwd_ms": 1.0, "bwd_tflops": bwd, "fwdbwd_ms": 1.0, "fwdbwd_tflops": both, "dq_rel_err": 1e-3}
+
+    row = {"head_dim": 128, "seqlen": 8192, "causal": False, "dtype": "bf16", "attngen": impl(400, 380),
+           "attngen_deterministic": impl(200, 190), "flash": impl(300, 320), "cudnn": impl(500, 520)}
+    text = backward.markdown([row], "# t")
+    assert "| 128 | 8192 | no | 400 | 300 | 500 | 1.33 | 0.80 | 0.50 | 380 | 320 | 520 | 1.19 | 0.73 |" in text
+    assert "x1.33 flash" in backward.line(row) and "deterministic x0.50" in backward.line(row)
+    failed = {**row, "cudnn": {"error": "no kernel"}}
+    assert "nan" in backward.markdown([failed], "# t")
+    paths = backward.write([row], tmp_path / "bwd", {"gpu": "NVIDIA H100", "line": "x"})
+    assert [p.name for p in paths] == ["bwd.json", "bwd.md"] and all(p.is_file() for p in paths)

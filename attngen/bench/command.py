@@ -57,6 +57,9 @@ def bench(
     merge: Annotated[list[Path] | None, typer.Option(
         "--merge", metavar="JSON", help="No GPU: merge these bench.json files (repeatable) and write the "
                                         "reports to --out.")] = None,
+    backward: Annotated[bool, typer.Option(
+        "--backward", help="Backward and forward+backward against flash and cuDNN, and the deterministic "
+                           "mode's ratio (bwd.json, bwd.md; default seqlens 2k..16k).")] = False,
 ) -> None:
     """Time attngen's forward kernels against torch SDPA (flash, cuDNN, efficient) and FlexAttention.
 
@@ -77,6 +80,11 @@ def bench(
         return
     if dtype not in model.TOLERANCE:
         _fail(f"--dtype must be bf16 or fp16, got {dtype!r}", EXIT_USAGE)
+    if backward:
+        _backward(_parse("--head-dims", model.parse_ints, head_dims),
+                  _parse("--seqlens", lambda t: model.parse_ints(t, model.parse_seqlen), seqlens or "2k,4k,8k,16k"),
+                  _parse("--causal", model.parse_causal, causal), dtype, out)
+        return
     from .runner import BenchOptions
 
     options = BenchOptions(
@@ -87,6 +95,19 @@ def bench(
     if not options.grid():
         _fail("no configuration to run: --quick covers head dims 64, 128 and 256 only; pass --seqlens", EXIT_USAGE)
     _run(options)
+
+
+def _backward(head_dims: Sequence[int], seqlens: Sequence[int], causal: Sequence[bool], dtype: str,
+              out: Path | None) -> None:
+    from . import backward, measure, model
+
+    env = measure.environment()
+    env["line"] = (f"{env['date']}; driver {env.get('driver', '?')}, torch {env['torch']} (cuDNN {env['cudnn']}), "
+                   f"triton {env['triton']}, attngen {env['attngen']}, NVRTC {env['nvrtc']}; {dtype}.")
+    target = out or Path("benchmarks") / "results" / model.gpu_slug(env["gpu"]) / "bwd"
+    rows = backward.run(head_dims, seqlens, causal, dtype, log=_log)
+    paths = backward.write(rows, target, env)
+    typer.echo(f"wrote {', '.join(str(p) for p in paths)}")
 
 
 def _run(options: Any) -> None:

@@ -1,0 +1,143 @@
+"""The backward benchmark (`attngen bench --backward`): backward and forward+backward against the SDPA
+flash (FlashAttention-2) and cuDNN backends, and attngen's deterministic mode as a ratio to its default.
+
+FlashAttention-3 paper settings (batch = 16384 / seqlen, heads = 2048 / head_dim); backward FLOPs =
+2.5 x forward, forward+backward 3.5 x. Every implementation's dQ is checked against float64 autograd
+(batch 0, heads 0-1) before it is timed. Writes bwd.json and bwd.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+PEERS = ("flash", "cudnn")
+#: dQ relative error a timed implementation must stay under (bf16 and fp16).
+TOLERANCE = 2e-2
+
+
+def _impl(kind: str, kernel: Any, causal: bool) -> Callable[..., Any]:
+    """q, k, v (batch, seqlen, heads, head_dim) -> out, through attngen or one SDPA backend."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if kind.startswith("attngen"):
+        return lambda q, k, v: kernel(q, k, v)
+    backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[kind]
+
+    def run(q: Any, k: Any, v: Any) -> Any:
+        with sdpa_kernel(backend):
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+        return out.transpose(1, 2)
+    return run
+
+
+def _dq_error(dq: Any, q: Any, k: Any, v: Any, dout: Any, causal: bool) -> float:
+    import torch
+
+    q64, k64, v64 = (t[:1, :, :2].double().detach().requires_grad_() for t in (q, k, v))
+    s = torch.einsum("bqhd,bkhd->bhqk", q64, k64) / q.shape[-1] ** 0.5
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+    out = torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v64)
+    (ref,) = torch.autograd.grad(out, (q64,), dout[:1, :, :2].double())
+    got = dq[:1, :, :2].double()
+    if not torch.isfinite(got).all():
+        return math.inf
+    return ((got - ref).norm() / ref.norm()).item()
+
+
+def _time(fn: Callable[[], Any]) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def measure(kind: str, fwd: Callable[..., Any], q: Any, k: Any, v: Any, dout: Any, causal: bool,
+            flops_fwd: float) -> dict[str, Any]:
+    """Backward-only and forward+backward time of one implementation, after its dQ check."""
+    import torch
+
+    try:
+        out = fwd(q, k, v)
+        grads = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        err = _dq_error(grads[0], q, k, v, dout, causal)
+        if not err < TOLERANCE:
+            return {"error": f"dq relative error {err:.2e} over {TOLERANCE}"}
+        bwd_ms = _time(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+        both_ms = _time(lambda: torch.autograd.grad(fwd(q, k, v), (q, k, v), dout))
+    except Exception as exc:  # a peer without a kernel for the shape is recorded, not fatal
+        return {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    return {"bwd_ms": bwd_ms, "bwd_tflops": 2.5 * flops_fwd / bwd_ms / 1e9, "fwdbwd_ms": both_ms,
+            "fwdbwd_tflops": 3.5 * flops_fwd / both_ms / 1e9, "dq_rel_err": err}
+
+
+def run(head_dims: Sequence[int], seqlens: Sequence[int], causal_modes: Sequence[bool], dtype: str,
+        log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    import torch
+
+    import attngen
+    from attngen.spec import AttentionSpec
+
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    rows = []
+    for d in head_dims:
+        for causal in causal_modes:
+            spec = AttentionSpec.model_validate({"head_dim": d, "dtype": dtype, "mask": "causal" if causal else "none"})
+            kernels = {"attngen": attngen.compile(spec),
+                       "attngen_deterministic": attngen.compile(spec.model_copy(
+                           update={"deterministic": True, "name": f"{spec.name}_det"}))}
+            for s in seqlens:
+                b, h = max(1, 16384 // s), 2048 // d
+                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch_dtype, requires_grad=True)
+                           for _ in range(3))
+                dout = torch.randn(b, s, h, d, device="cuda", dtype=torch_dtype)
+                flops_fwd = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+                row: dict[str, Any] = {"head_dim": d, "seqlen": s, "causal": causal, "dtype": dtype}
+                for kind in (*kernels, *PEERS):
+                    row[kind] = measure(kind, _impl(kind, kernels.get(kind), causal), q, k, v, dout, causal,
+                                        flops_fwd)
+                rows.append(row)
+                log(line(row))
+    return rows
+
+
+def _get(row: dict[str, Any], kind: str, key: str) -> float:
+    return float(row.get(kind, {}).get(key, math.nan))
+
+
+def line(row: dict[str, Any]) -> str:
+    a, f, c = (_get(row, k, "bwd_tflops") for k in ("attngen", "flash", "cudnn"))
+    det = _get(row, "attngen_deterministic", "bwd_tflops")
+    both = _get(row, "attngen", "fwdbwd_tflops") / _get(row, "flash", "fwdbwd_tflops")
+    return (f"bwd hd{row['head_dim']} s{row['seqlen']} {'causal' if row['causal'] else 'full'}: attngen {a:.0f} "
+            f"flash {f:.0f} cudnn {c:.0f} TFLOP/s, x{a / f:.2f} flash, x{a / c:.2f} cudnn; deterministic "
+            f"x{det / a:.2f}; fwd+bwd x{both:.2f} flash")
+
+
+def markdown(rows: list[dict[str, Any]], header: str) -> str:
+    out = [header, "", "TFLOP/s (backward: 2.5 x forward FLOPs; forward+backward: 3.5 x) and attngen's ratios.", "",
+           "| hd | seqlen | causal | bwd attngen | bwd flash | bwd cudnn | x flash | x cudnn | deterministic / default "
+           "| fwd+bwd attngen | fwd+bwd flash | fwd+bwd cudnn | x flash | x cudnn |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a, f, c = (_get(r, k, "bwd_tflops") for k in ("attngen", "flash", "cudnn"))
+        fa, ff, fc = (_get(r, k, "fwdbwd_tflops") for k in ("attngen", "flash", "cudnn"))
+        det = _get(r, "attngen_deterministic", "bwd_tflops")
+        out.append(f"| {r['head_dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | {a:.0f} | {f:.0f} | "
+                   f"{c:.0f} | {a / f:.2f} | {a / c:.2f} | {det / a:.2f} | {fa:.0f} | {ff:.0f} | {fc:.0f} | "
+                   f"{fa / ff:.2f} | {fa / fc:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def write(rows: list[dict[str, Any]], out: Path, environment: dict[str, Any]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "bwd.json", out / "bwd.md"]
+    paths[0].write_text(json.dumps({"environment": environment, "rows": rows}, indent=1))
+    header = f"# attngen backward benchmark: {environment.get('gpu', '?')}\n\n{environment.get('line', '')}"
+    paths[1].write_text(markdown(rows, header))
+    return paths
