@@ -232,8 +232,13 @@ def _print_backward(backward: dict[str, object]) -> None:
     if "unavailable" in backward:
         console.print(f"backward: [dim]{escape(str(backward['unavailable']))}[/]", soft_wrap=True)
         return
-    a, b = backward["dkdv"], backward["dq"]
+    a, b, h = backward["dkdv"], backward["dq"], backward.get("hopper")
     assert isinstance(a, dict) and isinstance(b, dict)
+    if isinstance(h, dict):
+        console.print(f"backward (default): wgmma dK/dV {h['block_n']} KV rows (2 consumer warpgroups, setmaxnreg "
+                      f"{h['producer_regs']}/{h['consumer_regs']}) x {h['block_m']} query rows per step, "
+                      f"{h['stages']} stages, {h['smem_bytes']} B, ~{h['regs_estimate']} registers; dQ by TMA bulk "
+                      f"reductions; deterministic specs use the kernels below")
     console.print(f"backward: dK/dV {a['block_n']} KV rows x {a['block_m']} query rows per step, {a['num_warps']} "
                   f"warps, head-dim slice {a['d_chunk']}, {a['smem_bytes']} B, ~{a['regs_estimate']} registers; "
                   f"dQ {b['block_m']} x {b['block_n']}, {b['num_warps']} warps, head-dim slice {b['d_chunk']}, "

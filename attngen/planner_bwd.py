@@ -224,7 +224,7 @@ def plan_bwd(spec: AttentionSpec, arch: Arch | str) -> BwdPlan:
               f", lowest predicted cost of {len(dq)} fitting")
     name = kernel_name(spec, arch, PipelineKind.multistage).replace("attn_fwd_", "attn_bwd_", 1)
     hopper, why = plan_hopper_bwd(spec, info) if USE_HOPPER_BWD else (None, "disabled")
-    reason += ("; sm90: the wgmma dK/dV kernel with dQ atomics replaces dkdv and dq" if hopper
+    reason += ("; sm90: the wgmma dK/dV kernel (dQ by TMA bulk reductions) replaces dkdv and dq" if hopper
                else f"; no wgmma kernel ({why})")
     return BwdPlan(spec=spec, arch=arch, kernel_name=name, dkdv=best, dq=best_dq, dq_atomic=dq_atomic,
                    hopper=hopper, reason=reason, rejected=tuple(rejected))

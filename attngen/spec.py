@@ -130,8 +130,8 @@ class AttentionSpec(_Frozen):
     arch: tuple[Arch, ...] | None = None
     pipeline: Pipeline = Pipeline()
     tiles: Tiles | None = None
-    #: Bitwise-reproducible gradients (no floating-point atomics). Today's backward never uses atomics,
-    #: so both settings run the same kernels; the option pins the guarantee for later releases.
+    #: Bitwise-reproducible gradients: the backward kernels without floating-point atomics. The default
+    #: may add dQ with TMA bulk reductions (the sm90 wgmma backward), whose rounding can vary by run.
     deterministic: StrictBool = False
 
     @field_validator("head_dim")
