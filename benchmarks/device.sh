@@ -4,15 +4,7 @@
 #   bash benchmarks/device.sh tests bench  # ... then the benchmark (when present)
 # Needs the wheels the device lacks in .whl (bash ../shared/tools/device-wheels.sh .whl), carried.
 set -uo pipefail
-OUT=${OUT:-/tmp/attngen-out}
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1 ATTNGEN_CACHE_DIR=${ATTNGEN_CACHE_DIR:-/tmp/attngen-cache}
+. "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
   python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, 'cuda-bindings', cuda.bindings.__version__)"

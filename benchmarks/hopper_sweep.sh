@@ -3,15 +3,7 @@
 # time limit (a variant that deadlocks cannot stall the rest). Results: $OUT/hopper.jsonl, logs.
 #   bash benchmarks/hopper_sweep.sh benchmarks/hopper_variants.txt
 set -uo pipefail
-OUT=${OUT:-/tmp/attngen-out}
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1 ATTNGEN_CACHE_DIR=${ATTNGEN_CACHE_DIR:-/tmp/attngen-cache}
+. "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/environment.txt"
 grep -v '^#' "$1" | while read -r line; do
   [ -z "$line" ] && continue

@@ -2,10 +2,7 @@
 # ncu profiles of the Hopper forward at the configurations the benchmark flags (one device call).
 #   bash benchmarks/profile_hopper.sh   -> $OUT/ncu_<config>.txt
 set -uo pipefail
-OUT=${OUT:-/tmp/attngen-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD ATTNGEN_CACHE_DIR=${ATTNGEN_CACHE_DIR:-/tmp/attngen-cache}
+. "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 for cfg in "128 16384" "256 8192" "64 4096 --causal"; do
   set -- $cfg

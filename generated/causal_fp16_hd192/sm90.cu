@@ -203,6 +203,25 @@ __device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(addr), "f"(a), "f"(b) : "memory");
 }
 
+// One arrival per warp on an "empty" mbarrier, once every lane's matrix ops have completed.
+__device__ __forceinline__ void release(u32 bar) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) mbar_arrive(bar);
+}
+
+// fp32 accumulator tiles (8 columns each, the mma.sync C layout per warp) to the A fragments of
+// k16 steps (the mma.sync m16n8k16 A layout, which a wgmma register A operand shares).
+template <int STEPS>
+__device__ __forceinline__ void pack_a_frags(const float (&x)[2 * STEPS][4], u32 (&a)[STEPS][4]) {
+#pragma unroll
+  for (int kk = 0; kk < STEPS; ++kk) {
+    a[kk][0] = pack2(x[2 * kk][0], x[2 * kk][1]);
+    a[kk][1] = pack2(x[2 * kk][2], x[2 * kk][3]);
+    a[kk][2] = pack2(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+    a[kk][3] = pack2(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+  }
+}
+
 // ---- wgmma ----
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 
@@ -686,22 +705,8 @@ __device__ __forceinline__ void issue_pv(Frag& f, const u32 (&pa)[kPSteps][4], u
   wgmma_commit();
 }
 
-// Probabilities to the A fragments of O += P V (the mma.sync m16n8k16 A layout per warp).
-__device__ __forceinline__ void pack_p(const Frag& f, u32 (&pa)[kPSteps][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kPSteps; ++kk) {
-    pa[kk][0] = pack2(f.s[0][2 * kk][0], f.s[0][2 * kk][1]);
-    pa[kk][1] = pack2(f.s[0][2 * kk][2], f.s[0][2 * kk][3]);
-    pa[kk][2] = pack2(f.s[0][2 * kk + 1][0], f.s[0][2 * kk + 1][1]);
-    pa[kk][3] = pack2(f.s[0][2 * kk + 1][2], f.s[0][2 * kk + 1][3]);
-  }
-}
-
-// One arrival per warp on an "empty" barrier, once every lane's matrix ops have completed.
-__device__ __forceinline__ void release(u32 bar) {
-  __syncwarp();
-  if (threadIdx.x % 32 == 0) mbar_arrive(bar);
-}
+// Probabilities to the A fragments of O += P V.
+__device__ __forceinline__ void pack_p(const Frag& f, u32 (&pa)[kPSteps][4]) { pack_a_frags<kPSteps>(f.s[0], pa); }
 
 struct Turns {
   int wg;
