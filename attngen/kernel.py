@@ -108,6 +108,11 @@ class AttentionKernel:
         arch = current_arch(q.device)
         plan = self.cubins[arch].source.plan
         fn = self._function(q.device.index or 0, arch)
+        if plan.roles is not None:
+            from .tma import describable
+
+            # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
+            q, k, v = (t if describable(t) else t.contiguous() for t in (q, k, v))
         batch, seqlen_q, heads, _ = q.shape
         struct = _HopperParams if plan.roles is not None else _Params
         params = struct(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),

@@ -56,6 +56,11 @@ class BackwardKernels:
         plan = self.cubin(arch).source.plan
         pre, dkdv, dq_entry = plan.entry_names[:3]  # type: ignore[attr-defined]
         hopper = plan.hopper  # type: ignore[attr-defined]
+        if hopper is not None:
+            from .tma import describable
+
+            # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
+            q, k, v, dout = (t if describable(t) else t.contiguous() for t in (q, k, v, dout))
         batch, seqlen_q, heads, _ = q.shape
         seqlen_k, kv_heads = k.shape[1], k.shape[2]
         delta = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)

@@ -66,6 +66,19 @@ def map_key(t: object, box_rows: int, box_cols: int = BOX_COLS) -> MapKey:
                   box_cols=box_cols, fp32=fp32)
 
 
+def describable(t: object) -> bool:
+    """Whether TMA can address `t` in place (else the launcher passes a contiguous copy): a 16-byte
+    aligned base and positive strides that are multiples of 16 bytes on every dimension of size > 1."""
+    elem = t.element_size()  # type: ignore[attr-defined]
+    if t.data_ptr() % STRIDE_ALIGN:  # type: ignore[attr-defined]
+        return False
+    for dim in range(3):
+        size, stride = t.shape[dim], t.stride(dim) * elem  # type: ignore[attr-defined]
+        if size > 1 and (stride <= 0 or stride % STRIDE_ALIGN or stride >= MAX_STRIDE):
+            return False
+    return True
+
+
 def _encode(key: MapKey) -> bytes:
     from cuda.bindings import driver
 
