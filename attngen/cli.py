@@ -235,7 +235,8 @@ def _print_backward(backward: dict[str, object]) -> None:
     a, b, h = backward["dkdv"], backward["dq"], backward.get("hopper")
     assert isinstance(a, dict) and isinstance(b, dict)
     if isinstance(h, dict):
-        console.print(f"backward (default): wgmma dK/dV {h['block_n']} KV rows (2 consumer warpgroups, setmaxnreg "
+        console.print(f"backward (default): wgmma dK/dV {h['block_n']} KV rows ({h['block_n'] // 64} consumer "
+                      f"warpgroups, setmaxnreg "
                       f"{h['producer_regs']}/{h['consumer_regs']}) x {h['block_m']} query rows per step, "
                       f"{h['stages']} stages, {h['smem_bytes']} B, ~{h['regs_estimate']} registers; dQ by TMA bulk "
                       f"reductions; deterministic specs use the kernels below")

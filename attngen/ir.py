@@ -168,20 +168,19 @@ class DqTiling(_Frozen):
 
 
 class HopperBwdTiling(_Frozen):
-    """The sm90 dK/dV kernel with dQ atomics: a producer warpgroup (TMA) and block_n / 64 consumer
-    warpgroups (wgmma) that each own 64 KV rows; query tiles of block_m rows stream through `stages`."""
+    """The sm90 dK/dV kernel, dQ added by TMA bulk reductions: a producer warpgroup (TMA) and
+    block_n / 64 consumer warpgroups (wgmma) that each own 64 KV rows; query tiles of block_m rows
+    stream through `stages`."""
 
     block_m: int
     block_n: int
     stages: int
     producer_regs: int
     consumer_regs: int
-    #: The dQ product each consumer warpgroup computes: dq_cols head-dim columns over dq_rows KV rows.
+    #: The dQ product each consumer warpgroup computes: 64 queries x dq_cols head-dim columns over
+    #: all block_n KV rows, at these per-warpgroup offsets of columns and of query rows.
     dq_cols: int
-    dq_rows: int
-    #: Per-warpgroup offsets of the dQ product: head-dim columns, KV rows, query rows.
     dq_col_step: int
-    dq_kv_step: int
     dq_query_step: int
     #: dV and dK take P^T and dS^T from shared memory (A operands) instead of registers.
     dkv_from_smem: bool = False
@@ -205,7 +204,8 @@ class BwdPlan(_Frozen):
     #: dQ accumulated by the dK/dV kernel with fp32 atomics (5 GEMMs per tile pair, run-to-run
     #: rounding may differ); False: the atomic-free dQ kernel (7 GEMMs, bitwise reproducible).
     dq_atomic: bool = False
-    #: sm90, non-deterministic specs: the wgmma dK/dV kernel with dQ atomics replaces dkdv and dq.
+    #: sm90, non-deterministic specs: the wgmma dK/dV kernel (dQ by TMA bulk reductions) replaces dkdv
+    #: and dq.
     hopper: HopperBwdTiling | None = None
     reason: str
     rejected: tuple[str, ...] = ()
@@ -214,6 +214,11 @@ class BwdPlan(_Frozen):
     def entry_names(self) -> tuple[str, ...]:
         kinds = ("preprocess", "dkdv", "dq", "dkdv_wgmma") if self.hopper else ("preprocess", "dkdv", "dq")
         return tuple(f"{self.kernel_name}_{k}" for k in kinds)
+
+    @property
+    def wgmma_entry(self) -> str:
+        """The entry point of the Hopper dK/dV kernel (present when `hopper` is set)."""
+        return f"{self.kernel_name}_dkdv_wgmma"
 
     def summary(self) -> dict[str, object]:
         return {"kernel_name": self.kernel_name, "arch": self.arch.value, "dkdv": self.dkdv.model_dump(),

@@ -78,7 +78,7 @@ class BackwardKernels:
         params = _Params(**fields)
         set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv)
         if hopper is not None:
-            from . import tma
+            from . import tma, wgmma
 
             # The wgmma kernel's block: the four tensor maps, then the same fields.
             hopper_params = _HopperParams(**fields)
@@ -86,8 +86,8 @@ class BackwardKernels:
             for field, t, rows in (("tma_q", q, hopper.block_m), ("tma_do", dout, hopper.block_m),
                                    ("tma_k", k, hopper.block_n), ("tma_v", v, hopper.block_n)):
                 tma.fill(hopper_params, field, tma.tensor_map(tma.map_key(t, rows)))
-            tma.fill(hopper_params, "tma_dq_accum",
-                     tma.tensor_map(tma.map_key(dq_accum, 64, box_cols=32)))
+            # dQ boxes: one warpgroup's wgmma rows (64) by 128 bytes of fp32 columns.
+            tma.fill(hopper_params, "tma_dq_accum", tma.tensor_map(tma.map_key(dq_accum, wgmma.M)))
         device = q.device.index or 0
         stream = torch.cuda.current_stream(q.device).cuda_stream
         rows = plan.preprocess_rows  # type: ignore[attr-defined]
@@ -101,7 +101,7 @@ class BackwardKernels:
         grid_kv = (-(-seqlen_k // a.block_n) * (q.shape[-1] // a.d_chunk), kv_heads, batch)
         if seqlen_k and hopper is not None:
             grid_hb = (-(-seqlen_k // hopper.block_n), kv_heads, batch)
-            launch(self._function(device, arch, plan.entry_names[3], hopper.smem_bytes),  # type: ignore[attr-defined]
+            launch(self._function(device, arch, plan.wgmma_entry, hopper.smem_bytes),  # type: ignore[attr-defined]
                    grid_hb, hopper.threads, stream, hopper_params)
         elif seqlen_k:
             launch(self._function(device, arch, dkdv, a.smem_bytes), grid_kv, a.num_warps * 32, stream, params)

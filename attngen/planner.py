@@ -221,15 +221,21 @@ def resolve_pipeline(spec: AttentionSpec, arch: Arch) -> PipelineKind:
     return kind
 
 
+def _evaluate_one(spec: AttentionSpec, info: ArchInfo, kind: PipelineKind, tiling: Tiling) -> Candidate:
+    from . import planner_hopper
+
+    if kind.is_hopper:
+        return planner_hopper.evaluate(spec, info, tiling, kind is PipelineKind.pingpong)
+    return evaluate(spec, info, tiling)
+
+
 def _evaluate_all(spec: AttentionSpec, arch: Arch, kind: PipelineKind) -> list[Candidate]:
     from . import planner_hopper
 
     info = arch_info(arch)
-    if kind.is_hopper:
-        pingpong = kind is PipelineKind.pingpong
-        tilings = planner_hopper.enumerate_tilings(spec, pingpong)
-        return [planner_hopper.evaluate(spec, info, t, pingpong) for t in tilings]
-    return [evaluate(spec, info, t) for t in enumerate_tilings(spec)]
+    tilings = (planner_hopper.enumerate_tilings(spec, kind is PipelineKind.pingpong) if kind.is_hopper
+               else enumerate_tilings(spec))
+    return [_evaluate_one(spec, info, kind, t) for t in tilings]
 
 
 def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | None = None) -> KernelPlan:
@@ -271,17 +277,13 @@ def plan_with(spec: AttentionSpec, arch: Arch | str, tiling: Tiling,
               pipeline: PipelineKind | None = None) -> KernelPlan:
     """The plan for one given tiling (sweeps, ablations and tests); PlanError when it does not fit.
     `pipeline` overrides the spec's strategy."""
-    from . import planner_hopper
-
     arch = Arch(arch)
     if pipeline is not None:
         spec = spec.model_copy(update={"pipeline": spec.pipeline.model_copy(update={"kind": pipeline})})
     kind = resolve_pipeline(spec, arch)
     if kind.is_hopper != (tiling.consumer_warpgroups > 0):
         raise PlanError(f"tiling {tiling.model_dump()} is not a {kind.value} tiling")
-    info = arch_info(arch)
-    cand = (planner_hopper.evaluate(spec, info, tiling, kind is PipelineKind.pingpong) if kind.is_hopper
-            else evaluate(spec, info, tiling))
+    cand = _evaluate_one(spec, arch_info(arch), kind, tiling)
     if not cand.fits:
         raise PlanError(f"tiling {tiling.model_dump()} does not fit {arch.value}: {cand.reason}")
     return _assemble(spec, arch, kind, cand, "tiling given explicitly", (cand,))

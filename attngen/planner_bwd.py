@@ -155,9 +155,9 @@ def _dq_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> 
 
 #: The sm90 wgmma dK/dV kernel (dQ by TMA bulk reductions) serves non-deterministic specs of these
 #: head dims. Its dK and dV accumulators (head_dim fp32 registers per consumer thread together) leave
-#: room for the scores only up to 128, and at 64 it measured slower than the mma.sync kernels
-#: (H100, 4k-16k: hd64 134-151 TFLOP/s against ~200; hd128 217-273 against 190-215;
-#: benchmarks/results/h100/hopper/bwd/), so it serves 128. The template also builds for 64.
+#: room for the scores only up to 128. Measured on the H100 at 2k-16k: hd64 1.14-1.31x and hd128
+#: 1.17-1.37x FlashAttention-2, against 0.63-0.75x for the mma.sync kernels
+#: (benchmarks/results/h100/bwd_hopper/, NOTES.md).
 HOPPER_BWD_HEAD_DIMS = (64, 128)
 #: Query rows per step: 64 at hd128 (registers: dK + dV take 128), 128 at hd64.
 HOPPER_BWD_BLOCK_M = {64: 128, 128: 64}
@@ -174,7 +174,7 @@ def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTilin
     if info.wgmma_flops_per_clk == 0:
         return None, f"{info.arch.value} has no wgmma"
     if spec.deterministic:
-        return None, "deterministic: the wgmma kernel adds dQ with atomics"
+        return None, "deterministic: the wgmma kernel adds dQ with TMA bulk reductions (rounding order varies)"
     if spec.head_dim not in HOPPER_BWD_HEAD_DIMS:
         return None, f"head_dim {spec.head_dim}: dK and dV do not fit the consumer registers beside the scores"
     d, bn, st = spec.head_dim, HOPPER_BWD_BLOCK_N, HOPPER_BWD_STAGES
@@ -183,7 +183,7 @@ def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTilin
     # dQ (block_m queries x head_dim over the block's KV rows) split between the two warpgroups: at
     # hd128 by columns (64 each), at hd64 with 128 queries by query rows (64 each); each product
     # covers all KV rows, so every element of the accumulator gets one add per block.
-    dq_cols, dq_rows = 64, bn
+    dq_cols = 64
     col_step, query_step = (64, 0) if bm == 64 else (0, 64)
     # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup; mbarriers.
     # ... and per consumer warpgroup a double buffer of the query rows' LSE and D.
@@ -198,8 +198,8 @@ def plan_hopper_bwd(spec: AttentionSpec, info: ArchInfo) -> tuple[HopperBwdTilin
         return None, f"needs {smem} B and ~{regs} registers; {info.arch.value} gives {info.smem_per_block} B, " \
                      f"{split.consumer_regs} registers"
     return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=split.producer_regs,
-                           consumer_regs=split.consumer_regs, dq_cols=dq_cols, dq_rows=dq_rows, dq_col_step=col_step,
-                           dq_kv_step=0, dq_query_step=query_step, dkv_from_smem=from_smem, smem_bytes=smem,
+                           consumer_regs=split.consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
+                           dq_query_step=query_step, dkv_from_smem=from_smem, smem_bytes=smem,
                            regs_estimate=regs), "fits"
 
 

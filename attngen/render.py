@@ -110,7 +110,7 @@ def hopper_bwd_context(plan: BwdPlan) -> dict[str, object]:
     assert hb is not None
     t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols)
     line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
-            f"regs {hb.producer_regs}/{hb.consumer_regs}, dQ {hb.dq_cols} columns x {hb.dq_rows} rows per warpgroup")
+            f"regs {hb.producer_regs}/{hb.consumer_regs}, dQ 64 queries x {hb.dq_cols} columns per warpgroup")
     return {**_common_context(plan, line), "hb": hb, "t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op,
             "dq_op": dq_op, "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op), "params": HOPPER_BWD_PARAMS,
             "params_layout": layout(HOPPER_BWD_PARAMS)}

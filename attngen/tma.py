@@ -16,9 +16,9 @@ from .abi import TENSOR_MAP_BYTES
 from .errors import LaunchError
 from .runtime import check_result
 
-#: Columns per box: 128 bytes of 16-bit elements, the widest row the 128-byte swizzle allows (32
-#: columns for fp32). Every map is 128-byte swizzled.
-BOX_COLS = 64
+#: Bytes per box row: the widest row the 128-byte swizzle allows (64 16-bit or 32 fp32 columns).
+#: Every map is 128-byte swizzled.
+BOX_ROW_BYTES = 128
 #: Maps kept per process (three per launch; a training step launches a few shapes).
 CACHE_SIZE = 64
 #: TMA strides: multiples of 16 bytes below 2^40 (cuTensorMapEncodeTiled).
@@ -34,17 +34,19 @@ class MapKey:
     #: Bytes between consecutive seqlen, heads and batch indices.
     strides: tuple[int, int, int]
     box_rows: int
-    #: Columns per box; 64 16-bit elements fill one 128-byte swizzle row.
-    box_cols: int = BOX_COLS
-    #: fp32 elements (the dQ accumulator's bulk reductions: boxes of 32 columns), else 16-bit.
+    #: fp32 elements (the dQ accumulator's bulk reductions), else 16-bit.
     fp32: bool = False
+
+    @property
+    def box_cols(self) -> int:
+        return BOX_ROW_BYTES // (4 if self.fp32 else 2)
 
 
 _CACHE: OrderedDict[MapKey, bytes] = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def map_key(t: object, box_rows: int, box_cols: int = BOX_COLS) -> MapKey:
+def map_key(t: object, box_rows: int) -> MapKey:
     """The key of a 16-bit (batch, seqlen, heads, head_dim) torch tensor with a contiguous last dim.
 
     An empty dimension becomes 1 (a map cannot be empty; the kernel never reads past the true
@@ -63,7 +65,7 @@ def map_key(t: object, box_rows: int, box_cols: int = BOX_COLS) -> MapKey:
     dims = (head_dim, max(1, seqlen), max(1, heads), max(1, batch))
     fp32 = elem == 4
     return MapKey(address=t.data_ptr(), dims=dims, strides=strides, box_rows=box_rows,  # type: ignore[attr-defined]
-                  box_cols=box_cols, fp32=fp32)
+                  fp32=fp32)
 
 
 def describable(t: object) -> bool:

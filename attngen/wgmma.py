@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: M of every wgmma: 64 rows per warpgroup.
+M = 64
 #: N of wgmma.m64nNk16: a multiple of 8 from 8 to 256 (PTX ISA, "Matrix shape").
 MIN_N, MAX_N, N_STEP = 8, 256, 8
 

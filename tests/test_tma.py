@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attngen.errors import LaunchError  # noqa: E402
-from attngen.tma import BOX_COLS, describable, map_key  # noqa: E402
+from attngen.tma import describable, map_key  # noqa: E402
 
 
 def test_key_of_a_contiguous_tensor() -> None:
@@ -15,12 +15,12 @@ def test_key_of_a_contiguous_tensor() -> None:
     key = map_key(t, 128)
     assert key.dims == (128, 1000, 8, 2)
     assert key.strides == (8 * 128 * 2, 128 * 2, 1000 * 8 * 128 * 2)  # seqlen, heads, batch; bytes
-    assert (key.box_rows, key.box_cols, key.fp32) == (128, BOX_COLS, False)
+    assert (key.box_rows, key.box_cols, key.fp32) == (128, 64, False)
 
 
 def test_key_of_the_fp32_accumulator_and_empty_or_single_dims() -> None:
     acc = torch.empty(1, 77, 4, 64, dtype=torch.float32)
-    key = map_key(acc, 64, box_cols=32)
+    key = map_key(acc, 64)
     assert key.fp32 and key.box_cols == 32 and key.strides[0] == 4 * 64 * 4
     assert key.strides[2] == 16  # batch of 1: a placeholder stride TMA accepts
     empty = torch.empty(1, 0, 2, 64, dtype=torch.float16)
