@@ -3,7 +3,8 @@
     spec.yaml --load--> AttentionSpec --plan--> KernelPlan --render--> KernelSource
               --compile--> Cubin --load--> AttentionKernel (a torch.library op)
 
-Heavy modules (torch, the CUDA driver) load on first use, never at import.
+Every public name loads its module on first use: `import attngen` loads neither pydantic, jinja2,
+torch nor the CUDA driver.
 """
 
 from __future__ import annotations
@@ -12,11 +13,6 @@ from importlib import import_module
 from typing import Any
 
 __version__ = "0.1.0"
-
-# `build` and `render` are both submodules and functions: bind the functions now, or the first
-# import of the submodule would shadow them. Both modules import nothing heavy at top level.
-from .build import build as build  # noqa: E402
-from .render import render as render  # noqa: E402
 
 _LAZY = {
     "AttentionSpec": "attngen.spec",
@@ -28,6 +24,8 @@ _LAZY = {
     "load_spec": "attngen.loader",
     "compile": "attngen.kernel",
     "AttentionKernel": "attngen.kernel",
+    "build": "attngen.builder",
+    "render": "attngen.renderer",
     "AttngenError": "attngen.errors",
     "SpecError": "attngen.errors",
     "PlanError": "attngen.errors",
@@ -35,7 +33,7 @@ _LAZY = {
     "LaunchError": "attngen.errors",
 }
 
-__all__ = sorted([*_LAZY, "build", "render"]) + ["__version__"]
+__all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -43,3 +41,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'attngen' has no attribute '{name}'")
     return getattr(import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -57,7 +57,7 @@ def load_catalogue() -> list[AttentionSpec]:
 def expected_generated() -> dict[str, str]:
     """Relative path ("<spec name>/<arch>.cu") -> rendered source, for the whole catalogue."""
     from .planner import plan
-    from .render import render
+    from .renderer import render
 
     out: dict[str, str] = {}
     for spec in load_catalogue():
@@ -89,7 +89,7 @@ def check_generated(directory: Path | str | None = None) -> list[str]:
 
 def render_generated(directory: Path | str | None = None) -> list[Path]:
     """Rewrite `directory` (default generated/) to match the catalogue; returns the files written."""
-    from .build import _atomic_write
+    from .builder import _atomic_write
 
     directory = Path(directory) if directory is not None else generated_dir()
     expected = expected_generated()

@@ -20,7 +20,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .build import BuildResult
+    from .builder import BuildResult
     from .ir import Candidate, KernelPlan
     from .spec import Arch, AttentionSpec
 
@@ -111,7 +111,7 @@ def build(
                                              help="Parallel compile processes (default: CPU cores).")] = None,
 ) -> None:
     """Compile each spec for each arch; write OUT/<spec>/<arch>/ with kernel.cu, *.cubin, manifest.json."""
-    from .build import build_many, variants
+    from .builder import build_many, variants
 
     archs = parse_archs(arch)
     with _errors():

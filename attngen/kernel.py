@@ -162,7 +162,7 @@ def _check_shapes(q: Any, k: Any, v: Any) -> None:
 
 def compile(spec: AttentionSpec | str | os.PathLike[str], arch: Arch | str | None = None) -> AttentionKernel:  # noqa: A001
     """Build `spec` (an AttentionSpec or a YAML path) for `arch`, the spec's arches, or the current GPU."""
-    from .build import build
+    from .builder import build
 
     if not isinstance(spec, AttentionSpec):
         from .loader import load_spec

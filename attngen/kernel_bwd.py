@@ -30,7 +30,7 @@ class BackwardKernels:
     def cubin(self, arch: Arch) -> Cubin:
         with self._lock:
             if arch not in self.cubins:
-                from .build import build_bwd
+                from .builder import build_bwd
 
                 self.cubins[arch] = build_bwd(self.spec, arch)
             return self.cubins[arch]

@@ -29,7 +29,7 @@ from gpu_reference import lse_error, reference, relative_error  # noqa: E402
 from attngen.compiler import compile_source  # noqa: E402
 from attngen.kernel import AttentionKernel  # noqa: E402
 from attngen.planner import plan, plan_with  # noqa: E402
-from attngen.render import render  # noqa: E402
+from attngen.renderer import render  # noqa: E402
 from attngen.spec import AttentionSpec  # noqa: E402
 
 SHAPES = (  # batch, seqlen_q, seqlen_k, heads, kv_heads
@@ -120,7 +120,7 @@ def main() -> int:
         import importlib
         from pathlib import Path
 
-        renderer = importlib.import_module("attngen.render")
+        renderer = importlib.import_module("attngen.renderer")
         renderer.templates_dir = lambda: Path(args.templates)  # type: ignore[attr-defined]
         renderer._environment.cache_clear()
     if args.overlap is not None:

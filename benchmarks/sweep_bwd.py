@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import attngen.planner_bwd as pb
 from attngen.cache import compile_cached
 from attngen.kernel import AttentionKernel, current_arch
-from attngen.render import render_bwd
+from attngen.renderer import render_bwd
 from attngen.spec import AttentionSpec
 
 
@@ -55,7 +55,7 @@ def main() -> int:
             ms_flash = triton.testing.do_bench(lambda: torch.autograd.grad(ref, (q, k, v), dout, retain_graph=True),
                                                warmup=25, rep=100, return_mode="median")
             kernel = AttentionKernel(spec, {})
-            from attngen.build import build
+            from attngen.builder import build
 
             kernel.cubins[arch] = build(spec, arch)
             out = kernel(q, k, v)

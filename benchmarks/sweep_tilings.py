@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from attngen.compiler import compile_source
 from attngen.kernel import AttentionKernel, current_arch
 from attngen.planner import plan, plan_with
-from attngen.render import render
+from attngen.renderer import render
 from attngen.spec import AttentionSpec
 
 
@@ -50,7 +50,7 @@ def main() -> int:
         import importlib
         from pathlib import Path
 
-        renderer = importlib.import_module("attngen.render")
+        renderer = importlib.import_module("attngen.renderer")
         renderer.templates_dir = lambda: Path(args.templates)  # type: ignore[attr-defined]
         renderer._environment.cache_clear()
     arch = current_arch()

@@ -17,7 +17,7 @@ MANIFEST_KEYS = {"spec", "arch", "plan", "kernels", "nvrtc_version", "cache_key"
                  "kernel_name"}
 KERNEL_KEYS = {"name", "registers", "spill_stores", "spill_loads", "smem_bytes"}
 #: The module, not the function `attngen.build` that the package binds under the same name.
-B = importlib.import_module("attngen.build")
+B = importlib.import_module("attngen.builder")
 
 
 def _spec(**kw: object) -> AttentionSpec:

@@ -65,7 +65,7 @@ def test_budget_bound_specs_compile_for_other_generations(arch: Arch) -> None:
 def test_catalogue_backward_compiles_with_zero_spills(arch: Arch) -> None:
     import importlib
 
-    build = importlib.import_module("attngen.build")
+    build = importlib.import_module("attngen.builder")
     todo = [spec for spec in CATALOGUE]
     with ThreadPoolExecutor(max_workers=2) as pool:
         cubins = list(pool.map(lambda spec: build.build_bwd(spec, arch), todo))

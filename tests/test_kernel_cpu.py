@@ -10,7 +10,7 @@ from attngen import op  # noqa: E402
 from attngen.artifacts import Cubin  # noqa: E402
 from attngen.kernel import AttentionKernel  # noqa: E402
 from attngen.planner import plan  # noqa: E402
-from attngen.render import render  # noqa: E402
+from attngen.renderer import render  # noqa: E402
 from attngen.spec import Arch, AttentionSpec  # noqa: E402
 
 

@@ -67,7 +67,7 @@ def test_atomic_dq_variant_compiles_without_spills(head_dim: int, monkeypatch: p
     """The atomic dQ path stays buildable while it is off by default."""
     import attngen.planner_bwd as pb
     from attngen.compiler import compile_source
-    from attngen.render import render_bwd
+    from attngen.renderer import render_bwd
 
     monkeypatch.setattr(pb, "USE_ATOMIC_DQ", True)
     p = plan_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal"), "sm90")

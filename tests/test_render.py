@@ -8,7 +8,7 @@ import jinja2
 import pytest
 
 from attngen.planner import plan
-from attngen.render import context, render
+from attngen.renderer import context, render
 from attngen.spec import AttentionSpec
 
 
@@ -57,7 +57,7 @@ def test_rendering_is_deterministic(hd96_plan) -> None:  # type: ignore[no-untyp
 def test_missing_context_value_fails_loudly(hd96_plan, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     import importlib
 
-    r = importlib.import_module("attngen.render")
+    r = importlib.import_module("attngen.renderer")
 
     def without_tiling(p):  # type: ignore[no-untyped-def]
         ctx = context(p)
@@ -77,7 +77,7 @@ def test_parameter_block_layout_is_checked_by_the_compiler(monkeypatch: pytest.M
     from attngen.compiler import compile_source
     from attngen.errors import CompileError
 
-    r = importlib.import_module("attngen.render")
+    r = importlib.import_module("attngen.renderer")
     p = plan(AttentionSpec(head_dim=64, dtype="bf16"), "sm80")
     assert compile_source(r.render(p)).resources  # the true layout compiles
 

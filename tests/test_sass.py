@@ -9,7 +9,7 @@ import pytest
 from attngen.sass import disassemble, opcodes
 from attngen.spec import AttentionSpec
 
-build = importlib.import_module("attngen.build")
+build = importlib.import_module("attngen.builder")
 
 
 @pytest.mark.parametrize("arch", ["sm80", "sm90"])

@@ -40,7 +40,7 @@ def build(spec: AttentionSpec, arch: Arch | str) -> Cubin:
     """
     from .cache import compile_cached
     from .planner import plan
-    from .render import render
+    from .renderer import render
 
     arch = Arch(arch)
     excluded: dict[Any, str] = {}
@@ -58,7 +58,7 @@ def build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin:
     """Plan, render and compile the backward kernels of `spec` for `arch` (one cubin, three entry points)."""
     from .cache import compile_cached
     from .planner_bwd import plan_bwd
-    from .render import render_bwd
+    from .renderer import render_bwd
 
     return compile_cached(render_bwd(plan_bwd(spec, Arch(arch))))
 
