@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .artifacts import Cubin
-from .errors import AttngenError, SpecError
+from .atomic import staged_dir, temp_name, write_atomic
+from .errors import AttngenError, OutputError, SpecError
 from .spec import Arch, AttentionSpec
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 #: Called after each variant finishes: (result, variants done, variants in all).
 Progress = Callable[["BuildResult", int, int], None]
@@ -114,30 +117,39 @@ def artifact_dir(out_dir: Path | str, spec: AttentionSpec, arch: Arch) -> Path:
 def write_artifacts(cubin: Cubin, out_dir: Path | str, *, compile_seconds: float | None = None,
                     bwd: Cubin | str | None = None) -> Path:
     """Write kernel.cu, <kernel_name>.cubin and manifest.json under out_dir/<spec>/<arch>/ (and, with a
-    backward cubin, kernel_bwd.cu and its cubin)."""
+    backward cubin, kernel_bwd.cu and its cubin). The folder is filled under a temporary name and renamed
+    into place, so it appears whole or not at all."""
     kernel_plan = cubin.source.plan
     target = artifact_dir(out_dir, kernel_plan.spec, kernel_plan.arch)
-    target.mkdir(parents=True, exist_ok=True)
-    _atomic_write(target / "kernel.cu", cubin.source.code.encode())
-    _atomic_write(target / f"{kernel_plan.kernel_name}.cubin", cubin.data)
+    files = {"kernel.cu": cubin.source.code.encode(), f"{kernel_plan.kernel_name}.cubin": cubin.data}
     if isinstance(bwd, Cubin):
-        _atomic_write(target / "kernel_bwd.cu", bwd.source.code.encode())
-        _atomic_write(target / f"{bwd.source.plan.kernel_name}.cubin", bwd.data)
+        files["kernel_bwd.cu"] = bwd.source.code.encode()
+        files[f"{bwd.source.plan.kernel_name}.cubin"] = bwd.data
     text = json.dumps(manifest(cubin, compile_seconds=compile_seconds, bwd=bwd), indent=2, sort_keys=False) + "\n"
-    _atomic_write(target / "manifest.json", text.encode())
+    files["manifest.json"] = text.encode()
+    with staged_dir(target, kernel_plan.arch.value) as tmp:
+        for name, data in files.items():
+            write_atomic(tmp / name, data)
     return target
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same folder, then rename over `path` (never half-written)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def prepare_out_dir(out_dir: Path | str) -> Path:
+    """The output folder, created if need be; an OutputError now (before any compile) when it cannot be
+    one: an empty name, a path that is a file, or a folder this process cannot write into."""
+    if not str(out_dir).strip():
+        raise OutputError("the output folder is an empty name; pass a folder, e.g. --out build")
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"output folder {path} is a file; pass a folder (it is created if missing)")
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.mkdir(parents=True, exist_ok=True)
+        probe = temp_name(path, "probe")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot write into output folder {path}: {exc.strerror or exc}; pass a folder "
+                          f"you can write to") from None
+    return path
 
 
 # ---- many variants ---------------------------------------------------------------------------
@@ -215,9 +227,10 @@ def build_many(specs: Iterable[AttentionSpec], archs: Sequence[Arch | str] | Non
     `archs` overrides each spec's own arch list; without it a spec that names no arch raises
     SpecError before anything is built. A variant that fails is reported in its BuildResult
     (ok False, error set) and the others still build. Results come in the order of the variants.
-    `jobs=1` builds in this process.
+    `jobs=1` builds in this process. An unusable `out_dir` raises OutputError before anything compiles.
     """
     todo = variants(specs, archs)
+    out_dir = prepare_out_dir(out_dir)
     workers = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     if workers == 1:
         return _build_serial(todo, str(out_dir), progress)
@@ -236,22 +249,65 @@ def _build_serial(todo: list[tuple[AttentionSpec, Arch]], out_dir: str,
 
 def _build_parallel(todo: list[tuple[AttentionSpec, Arch]], out_dir: str, workers: int,
                     progress: Progress | None) -> list[BuildResult]:
+    """Spawned worker processes, one variant each at a time. An interrupt (Ctrl-C, or `Interrupted` from
+    a stop signal) stops every worker before it propagates; a worker whose parent dies exits by itself
+    (interrupts.init_worker)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from .interrupts import run_job
+
     results: list[BuildResult | None] = [None] * len(todo)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = {pool.submit(build_one, spec, arch, out_dir): i for i, (spec, arch) in enumerate(todo)}
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker, initargs=(os.getpid(),))
+    try:
+        futures = {pool.submit(run_job, build_one, spec, arch, out_dir): i for i, (spec, arch) in enumerate(todo)}
         for done, future in enumerate(as_completed(futures), start=1):
             index = futures[future]
-            spec, arch = todo[index]
-            try:
-                result = future.result()
-            except Exception as exc:  # the worker process died (a crash, out of memory)
-                result = BuildResult(spec.name, arch.value, False, 0.0,
-                                     error=f"build worker failed: {type(exc).__name__}: {exc}")
-            results[index] = result
+            result = results[index] = _worker_result(future, *todo[index])
             if progress:
                 progress(result, done, len(todo))
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    pool.shutdown(wait=True)
     return [r for r in results if r is not None]
+
+
+def _init_worker(parent_pid: int) -> None:
+    """A build worker: the stop-signal plan of interrupts.init_worker, and warnings as one line."""
+    import warnings
+
+    from .errors import show_warning_line
+    from .interrupts import init_worker
+
+    init_worker(parent_pid)
+    warnings.showwarning = show_warning_line
+
+
+def _worker_result(future: Future[BuildResult], spec: AttentionSpec, arch: Arch) -> BuildResult:
+    try:
+        return future.result()
+    except Exception as exc:  # the worker process died (a crash, out of memory)
+        return BuildResult(spec.name, arch.value, False, 0.0, error=f"build worker failed: {type(exc).__name__}: {exc}")
+
+
+#: Seconds a worker gets to finish the compile in flight and clean up after SIGTERM, before SIGKILL. A
+#: worker handles the signal as soon as NVRTC returns, and never stores anything after it.
+STOP_GRACE_SECONDS = 5.0
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started, SIGTERM the workers, SIGKILL any still alive after the grace period."""
+    # Python 3.14 has pool.terminate_workers(); before it the worker processes are only in `_processes`.
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(1.0)

@@ -2,7 +2,7 @@
 
 Layout: `<cache>/<key[:2]>/<key>/` holds `<kernel_name>.cu`, `<kernel_name>.cubin` and `meta.json`
 (the readable name beside the hash). An entry is built in a temp dir of the same parent and renamed
-into place in one `os.replace`, so it appears whole or not at all; meta.json is written last.
+into place in one `os.replace` (`atomic.staged_dir`), so it appears whole or not at all.
 Builders of one key serialize on `<cache>/locks/<key>.lock` and re-check after acquiring it.
 An entry that fails any check (missing file, bad JSON, cubin sha256 mismatch) is deleted and rebuilt.
 """
@@ -12,9 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
 import warnings
 from functools import lru_cache
@@ -26,6 +24,7 @@ from filelock import FileLock
 from . import __version__, compiler, env
 from .archs import arch_info
 from .artifacts import Cubin, KernelResources, KernelSource
+from .atomic import staged_dir
 from .paths import PACKAGE_DIR, templates_dir
 
 #: Bump when the entry layout or meta.json changes; old entries then miss.
@@ -117,19 +116,11 @@ def _meta(cubin: Cubin, key: str) -> dict[str, Any]:
 
 def _store(entry: Path, cubin: Cubin, key: str) -> None:
     """Write the entry into a temp dir beside it, then rename it into place (caller holds the lock)."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=entry.parent))
-    try:
-        name = cubin.source.plan.kernel_name
+    name = cubin.source.plan.kernel_name
+    with staged_dir(entry, key[:16]) as tmp:
         (tmp / f"{name}.cu").write_text(cubin.source.code)
         (tmp / f"{name}.cubin").write_bytes(cubin.data)
         (tmp / META).write_text(json.dumps(_meta(cubin, key), indent=1, default=str))
-        if entry.exists():
-            shutil.rmtree(entry)
-        os.replace(tmp, entry)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _load(entry: Path, source: KernelSource, key: str) -> Cubin | None:

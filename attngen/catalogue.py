@@ -89,7 +89,7 @@ def check_generated(directory: Path | str | None = None) -> list[str]:
 
 def render_generated(directory: Path | str | None = None) -> list[Path]:
     """Rewrite `directory` (default generated/) to match the catalogue; returns the files written."""
-    from .builder import _atomic_write
+    from .atomic import write_atomic
 
     directory = Path(directory) if directory is not None else generated_dir()
     expected = expected_generated()
@@ -99,7 +99,7 @@ def render_generated(directory: Path | str | None = None) -> list[Path]:
         if path.is_file() and path.read_text(encoding="utf-8") == code:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, code.encode("utf-8"))
+        write_atomic(path, code.encode("utf-8"))
         written.append(path)
     for rel in sorted(_existing(directory) - expected.keys()):
         (directory / rel).unlink()

@@ -13,9 +13,10 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,7 +25,51 @@ if TYPE_CHECKING:
     from .ir import Candidate, KernelPlan
     from .spec import Arch, AttentionSpec
 
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _Commands(TyperGroup):
+    """attngen's command group: every usage error is one line (`error: ...`, exit 2) like attngen's own
+    errors; SIGINT, SIGTERM and SIGHUP stop a command with one line and exit 128 + the signal number;
+    warnings print as one line."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        import warnings
+
+        from .errors import show_warning_line
+        from .interrupts import Interrupted, signals_interrupt
+
+        with warnings.catch_warnings(), signals_interrupt():
+            warnings.showwarning = show_warning_line
+            try:
+                code = super().main(*args, **{**kwargs, "standalone_mode": False})
+            except Interrupted as stop:
+                typer.echo(f"error: {stop}; stopped", err=True)
+                code = stop.exit_code
+            except Exception as exc:
+                if not hasattr(exc, "exit_code") or not hasattr(exc, "format_message"):
+                    raise  # not a click usage error
+                code = _usage_error(exc)
+        if not kwargs.get("standalone_mode", True):
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(exc: Any) -> int:
+    """Print a click UsageError / BadParameter as one line; its exit code (2)."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `attngen` alone: the help, as the user asked
+        exc.show()
+        return int(exc.exit_code)
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    typer.echo(f"error: {message[:1].lower()}{message[1:]}{hint}", err=True)
+    return int(exc.exit_code)
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="attngen",
     help="Compile declarative attention specs (YAML) into exact FlashAttention-class CUDA kernels.",
     add_completion=False,
@@ -33,13 +78,25 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
 ArchOption = Annotated[str | None, typer.Option(
     "--arch", "-a", metavar="LIST",
     help="Target GPU generations, comma separated (sm80,sm86,sm89,sm90,sm100,sm120). "
          "Default: the spec's own 'arch' list.")]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"attngen {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", "-V", is_eager=True, callback=_print_version, help="Print attngen's version and exit.")] = False,
+             ) -> None:
+    """Compile declarative attention specs (YAML) into exact FlashAttention-class CUDA kernels."""
 
 
 # ---- output and errors ------------------------------------------------------------------------
@@ -59,16 +116,16 @@ def _fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 
 @contextmanager
-def _errors() -> Iterator[None]:
-    """Turn attngen's own errors (and unreadable files) into one message and a non-zero exit."""
+def _errors(code: int = EXIT_FAILED) -> Iterator[None]:
+    """Turn attngen's own errors (and unreadable files) into one message and exit `code`."""
     from .errors import AttngenError
 
     try:
         yield
     except AttngenError as exc:
-        _fail(str(exc))
+        _fail(str(exc), code)
     except OSError as exc:
-        _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), code)
 
 
 def parse_archs(text: str | None) -> list[Arch] | None:
@@ -92,6 +149,24 @@ def parse_archs(text: str | None) -> list[Arch] | None:
     return out
 
 
+#: What a folder given as SPEC contributes: its YAML files, sorted by name (not its subfolders).
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def _spec_files(paths: list[Path]) -> list[Path]:
+    """`paths` with each folder replaced by the YAML files in it; a folder without any is an error."""
+    out: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            out.append(path)
+            continue
+        found = sorted(p for p in path.iterdir() if p.suffix in SPEC_SUFFIXES and p.is_file())
+        if not found:
+            _fail(f"{path}: a folder without spec files (*.yaml, *.yml)")
+        out += found
+    return out
+
+
 def _load(path: Path) -> AttentionSpec:
     """The spec in `path`; a SpecError (naming the file) when it is missing or invalid."""
     from .loader import load_spec
@@ -104,21 +179,25 @@ def _load(path: Path) -> AttentionSpec:
 
 @app.command()
 def build(
-    specs: Annotated[list[Path], typer.Argument(metavar="SPEC", help="Spec files (YAML).")],
+    specs: Annotated[list[Path], typer.Argument(
+        metavar="SPEC", help="Spec files (YAML), or folders of them.")],
     arch: ArchOption = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("build"),
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder, created if missing; checked before "
+                                                           "anything compiles.")] = "build",
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1,
                                              help="Parallel compile processes (default: CPU cores).")] = None,
 ) -> None:
     """Compile each spec for each arch; write OUT/<spec>/<arch>/ with kernel.cu, *.cubin, manifest.json."""
-    from .builder import build_many, variants
+    from .builder import build_many, prepare_out_dir, variants
 
     archs = parse_archs(arch)
     with _errors():
-        loaded = [_load(p) for p in specs]
+        loaded = [_load(p) for p in _spec_files(specs)]
         total = len(variants(loaded, archs))
-    results = _with_progress(total, lambda cb: build_many(loaded, archs, out, jobs=jobs, progress=cb))
-    _print_summary(results, out)
+    with _errors(EXIT_USAGE):
+        out_dir = prepare_out_dir(out)
+    results = _with_progress(total, lambda cb: build_many(loaded, archs, out_dir, jobs=jobs, progress=cb))
+    _print_summary(results, out_dir)
     failed = [r for r in results if not r.ok]
     if failed:
         from rich.markup import escape
@@ -172,12 +251,14 @@ def _print_summary(results: list[BuildResult], out: Path) -> None:
 
 
 @app.command()
-def check(specs: Annotated[list[Path], typer.Argument(metavar="SPEC", help="Spec files (YAML).")]) -> None:
-    """Validate spec files: 'OK' per valid file, else the error (exit 1 if any is invalid)."""
+def check(specs: Annotated[list[Path], typer.Argument(
+        metavar="SPEC", help="Spec files (YAML), or folders of them.")]) -> None:
+    """Validate spec files (a folder: the YAML files in it): 'OK' per valid file, else the error (exit 1 if any
+    is invalid)."""
     from .errors import AttngenError
 
     bad = 0
-    for path in specs:
+    for path in _spec_files(specs):
         try:
             spec = _load(path)
         except AttngenError as exc:  # a SpecError names the file (and line) itself

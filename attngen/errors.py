@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 
 class AttngenError(Exception):
     """Base of every error attngen raises on purpose."""
@@ -51,3 +54,14 @@ class CompileError(AttngenError):
 
 class LaunchError(AttngenError):
     """The CUDA driver refused to load or launch a kernel."""
+
+
+class OutputError(AttngenError):
+    """The output folder of a build cannot be used (an empty name, a file, not writable)."""
+
+
+def show_warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: Any = None, line: str | None = None) -> None:
+    """A `warnings.showwarning` for the command line: `warning: <message>`, one line, without the Python
+    source line that raised it."""
+    (file or sys.stderr).write(f"warning: {message}\n")

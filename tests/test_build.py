@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,66 @@ def test_artifacts_carry_the_backward_kernels(tmp_path: Path) -> None:
     assert (target / "kernel_bwd.cu").is_file() and (target / f"{bwd.source.plan.kernel_name}.cubin").is_file()
     unavailable = B.manifest(cubin, bwd="the budget cannot hold it")
     assert unavailable["backward"].startswith("not available") and len(unavailable["kernels"]) == 1
+
+
+def test_prepare_out_dir(tmp_path: Path) -> None:
+    from attngen.errors import OutputError
+
+    assert B.prepare_out_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())  # no probe left
+    (tmp_path / "f").write_text("x")
+    for bad, words in (("", "empty name"), ("  ", "empty name"), (tmp_path / "f", "is a file"),
+                       (tmp_path / "f" / "sub", "cannot write")):
+        with pytest.raises(OutputError, match=words):
+            B.prepare_out_dir(bad)
+
+
+def test_build_many_refuses_a_bad_out_before_building(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attngen.errors import OutputError
+
+    monkeypatch.setattr(B, "build", lambda *a: pytest.fail("compiled despite a bad out_dir"))
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OutputError):
+        B.build_many([_spec()], ["sm80"], tmp_path / "f")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_outputs_follow_the_umask(tmp_path: Path, umask: int) -> None:
+    """Build outputs and cache entries get 0666 / 0777 less the umask, like any other build tool's."""
+    from attngen.atomic import staged_dir, write_atomic
+
+    old = os.umask(umask)
+    try:
+        target = B.write_artifacts(_fake_cubin(_spec(name="u"), Arch.sm80), tmp_path)
+        with staged_dir(tmp_path / "entry", "e") as tmp:
+            write_atomic(tmp / "meta.json", b"{}")
+    finally:
+        os.umask(old)
+    for folder in (target, tmp_path / "entry"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask
+        for path in folder.iterdir():
+            assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+
+
+def test_write_artifacts_interrupted_leaves_the_old_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write stopped half-way (an interrupt) leaves the previous variant folder whole and no temporaries."""
+    import attngen.atomic as atomic
+
+    cubin = _fake_cubin(_spec(name="i"), Arch.sm80)
+    target = B.write_artifacts(cubin, tmp_path)
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    calls = []
+
+    def stop_on_third(path: Path, data: bytes) -> None:
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        original(path, data)
+
+    original = atomic.write_atomic
+    monkeypatch.setattr(B, "write_atomic", stop_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        B.write_artifacts(cubin, tmp_path)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert sorted(p.name for p in (tmp_path / "i").iterdir()) == ["sm80"]

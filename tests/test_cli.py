@@ -91,6 +91,54 @@ def test_check_missing_file(runner: CliRunner, tmp_path: Path) -> None:
     assert "nope.yaml" in result.stderr
 
 
+def test_check_a_folder_checks_its_yaml_files(runner: CliRunner, tmp_path: Path) -> None:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    _write(folder, "one.yaml", "head_dim: 64\ndtype: fp16\n")
+    _write(folder, "two.yml", "head_dim: 128\ndtype: bf16\nmask: causal\n")
+    _write(folder, "notes.txt", "not a spec")
+    result = runner.invoke(app, ["check", str(folder)])
+    _clean(result)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("OK") == 2 and "notes.txt" not in result.stdout
+    _write(folder, "three.yaml", "head_dim: 100\ndtype: bf16\n")
+    result = runner.invoke(app, ["check", str(folder)])
+    assert result.exit_code == 1 and "three.yaml" in result.stderr and result.stdout.count("OK") == 2
+
+
+def test_check_the_catalogue_folder(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["check", str(catalogue_dir())])
+    _clean(result)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("OK") == len(catalogue_files())
+
+
+def test_check_a_folder_without_specs(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["check", str(tmp_path)])
+    _clean(result)
+    assert result.exit_code == 1
+    assert result.stderr == f"error: {tmp_path}: a folder without spec files (*.yaml, *.yml)\n"
+
+
+@pytest.mark.parametrize("args", [["check"], ["build", "x.yaml", "--jobs", "0"], ["explain", "a", "b"],
+                                  ["frobnicate"], ["build", "x.yaml", "--bogus"]])
+def test_usage_errors_are_one_line(runner: CliRunner, args: list[str]) -> None:
+    result = runner.invoke(app, args)
+    _clean(result)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--help" in lines[0], result.stderr
+    assert "╭" not in result.stderr  # no boxed panel
+
+
+def test_version(runner: CliRunner) -> None:
+    from attngen import __version__
+
+    for flag in ("--version", "-V"):
+        result = runner.invoke(app, [flag])
+        assert result.exit_code == 0 and result.stdout == f"attngen {__version__}\n"
+
+
 # ---- explain ----------------------------------------------------------------------------------
 
 
@@ -162,6 +210,28 @@ def test_build_without_arch(runner: CliRunner, no_arch: Path, tmp_path: Path) ->
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("kind", ["empty", "file", "unwritable"])
+def test_build_checks_out_before_compiling(runner: CliRunner, good: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(tmp_path / "cache"))
+    a_file = _write(tmp_path, "file", "x")
+    out = {"empty": "", "file": str(a_file), "unwritable": "/proc/1/attngen-out"}[kind]
+    result = runner.invoke(app, ["build", str(good), "--arch", "sm80,sm90", "--out", out])
+    _clean(result)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "folder" in lines[0], result.stderr
+    assert "building" not in result.stderr and not (tmp_path / "cache").exists()  # nothing compiled
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into read-only folders")
+def test_build_read_only_out(runner: CliRunner, good: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ro"
+    out.mkdir(mode=0o500)
+    result = runner.invoke(app, ["build", str(good), "--arch", "sm80", "--out", str(out)])
+    assert result.exit_code == 2 and "cannot write into output folder" in result.stderr
+
+
 def test_build_bad_spec(runner: CliRunner, misspelt: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["build", str(misspelt), "--arch", "sm80", "--out", str(tmp_path / "out")])
     _clean(result)
@@ -191,6 +261,22 @@ def test_help_is_quick_and_module_entry_works() -> None:
     code = f"import sys, attngen.cli; sys.exit(int(any(m in sys.modules for m in {heavy!r})))"
     proc = subprocess.run([sys.executable, "-c", code], timeout=60)
     assert proc.returncode == 0, "importing attngen.cli loads heavy modules"
+
+
+def test_warnings_are_one_line(tmp_path: Path) -> None:
+    """A cache that cannot be used warns in one line, without the Python source that raised it (the parent
+    and the workers alike)."""
+    blocker = _write(tmp_path, "not-a-folder", "x")
+    env = {**os.environ, "ATTNGEN_CACHE_DIR": str(blocker / "cache")}
+    specs = [str(catalogue_dir() / name) for name in ("none_fp16_hd64.yaml", "causal_fp16_hd64.yaml")]
+    for jobs in ("1", "2"):
+        proc = subprocess.run([sys.executable, "-m", "attngen", "build", *specs, "--arch", "sm80", "--out",
+                               str(tmp_path / "out"), "-j", jobs], capture_output=True, text=True, timeout=300,
+                              cwd=REPO, env=env)
+        assert proc.returncode == 0, proc.stderr
+        warned = [line for line in proc.stderr.splitlines() if "not writable" in line]
+        assert warned and all(line.startswith("warning: attngen cache") for line in warned), proc.stderr
+        assert "warnings.warn" not in proc.stderr and "UserWarning" not in proc.stderr
 
 
 def test_subprocess_error_has_no_traceback(tmp_path: Path) -> None:
