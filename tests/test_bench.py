@@ -5,8 +5,10 @@ the check-then-time logic, the report writers, the command line. The GPU side ru
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attngen.bench import measure, model, peers, report, runner
+from attngen.bench import measure, model, output, peers, report, runner
 from attngen.bench.model import Config
 from attngen.cli import app
 from attngen.planner import plan
@@ -252,8 +254,8 @@ def test_run_end_to_end_on_fakes(cpu_gpu: None, monkeypatch: pytest.MonkeyPatch,
     assert json.loads((out / "bench.json").read_text())["results"][0]["seqlen"] == 1024
 
 
-def test_default_out_is_under_benchmarks_results(cpu_gpu: None, monkeypatch: pytest.MonkeyPatch,
-                                                  tmp_path: Path) -> None:
+def test_default_out_is_a_new_folder_in_the_working_one(cpu_gpu: None, monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(measure, "environment", lambda: {"gpu": "NVIDIA H100 80GB HBM3"})
@@ -261,8 +263,51 @@ def test_default_out_is_under_benchmarks_results(cpu_gpu: None, monkeypatch: pyt
     options = runner.BenchOptions(head_dims=(64,), seqlens=(1024,), causal=(False,), peers=(), budget_s=-1)
     monkeypatch.setattr(runner, "compile_attngen", lambda *a: (_ for _ in ()).throw(RuntimeError("x")))
     results, out = runner.run(options, log=lambda line: None)
-    assert out == Path("benchmarks/results/h100")
+    assert out.parent == Path(".") and re.fullmatch(r"attngen-bench-h100-\d{8}-\d{6}", out.name), out
+    assert not (tmp_path / "benchmarks").exists()
     assert results["results"] == [] and results["skipped"][0]["seqlen"] == 1024
+
+
+NOON = datetime.datetime(2026, 1, 2, 12, 3, 4)
+
+
+def test_default_folder_is_never_an_existing_one(tmp_path: Path) -> None:
+    first = output.default_folder("NVIDIA H100 80GB HBM3", parent=tmp_path, now=NOON)
+    assert first == tmp_path / "attngen-bench-h100-20260102-120304" and not first.exists()
+    first.mkdir()
+    second = output.default_folder("NVIDIA H100 80GB HBM3", parent=tmp_path, now=NOON)
+    assert second == tmp_path / "attngen-bench-h100-20260102-120304-2"
+    second.write_text("a file, not a folder, is in the way too")
+    assert output.default_folder("NVIDIA H100 80GB HBM3", parent=tmp_path, now=NOON).name.endswith("-3")
+    backward = output.default_folder("NVIDIA H200", output.BACKWARD_PREFIX, parent=tmp_path, now=NOON)
+    assert backward.name == "attngen-bench-bwd-h200-20260102-120304"
+    assert output.default_folder("", now=NOON) == Path("attngen-bench-gpu-20260102-120304")
+
+
+def test_written_line_names_the_folder_and_its_files() -> None:
+    out = Path("attngen-bench-h100-20260102-120304")
+    paths = [out / "bench.json", out / "bench.md"]
+    assert output.written_line(out, paths, 70.4) == f"results written to {out} (bench.json, bench.md) in 70 s"
+    assert output.written_line(out, paths) == f"results written to {out} (bench.json, bench.md)"
+
+
+def test_scripts_pass_the_committed_folder_unless_told_otherwise() -> None:
+    here = Path("benchmarks/results/h100")
+    assert output.with_out(["--quick"], lambda: here) == ["--quick", "--out", str(here)]
+    for args in (["--out", "x"], ["--out=x"], ["-o", "x"], ["-ox"], ["--merge", "a.json", "--out", "x"],
+                 ["--compile-only", "sm90"], ["--compile-only=sm90"], ["--help"], ["-h"]):
+        assert output.with_out(args, lambda: pytest.fail("asked for the GPU")) == args
+    assert output.with_out(["--quick"], lambda: None) == ["--quick"]  # no GPU: the bench says so itself
+
+
+def test_committed_folder_follows_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert output.committed_folder(Path("results")) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: type("P", (), {"name": "NVIDIA H100 PCIe"}))
+    assert output.committed_folder(Path("results")) == Path("results/h100")
+    assert output.committed_folder(Path("results"), "bwd") == Path("results/h100/bwd")
 
 
 # ---- reports ----------------------------------------------------------------------------------
@@ -323,6 +368,23 @@ def test_plot(tmp_path: Path) -> None:
     assert report.series(synthetic(), 128, False, "flash") == ([2048, 8192], [330.0, 348.0])
 
 
+def test_without_matplotlib_the_reports_are_written_and_the_plot_skipped(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    notes: list[str] = []
+    paths = report.write_all(synthetic(), tmp_path, log=notes.append)
+    assert [p.name for p in paths] == ["bench.json", "bench.md"] and all(p.is_file() for p in paths)
+    assert notes == ["plot skipped: matplotlib is not installed (pip install 'attngen[bench]')"]
+
+
+def test_bench_extra_holds_matplotlib_and_dev_stays_light() -> None:
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("matplotlib") for r in extras["bench"])
+    assert not any(r.startswith("matplotlib") for r in extras["dev"])
+
+
 def test_terminal_table() -> None:
     from rich.console import Console
 
@@ -364,6 +426,82 @@ def test_cli_merge(tmp_path: Path) -> None:
                                       "--out", str(tmp_path / "merged")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "merged" / "bench.md").is_file() and "1.03" in result.output
+
+
+def test_cli_merge_says_where_it_wrote_and_why_there_is_no_plot(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    report.write_json(synthetic(), tmp_path / "run1")
+    result = CliRunner().invoke(app, ["bench", "--merge", str(tmp_path / "run1" / "bench.json"),
+                                      "--out", str(tmp_path / "merged")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-1] == f"results written to {tmp_path / 'merged'} (bench.json, bench.md)"
+    assert lines[-2] == "plot skipped: matplotlib is not installed (pip install 'attngen[bench]')"
+
+
+def _bad_merge(tmp_path: Path, name: str, text: str | None, capsys: pytest.CaptureFixture[str]) -> tuple[Any, str]:
+    from attngen.bench.command import main
+
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as done:
+        main(["--merge", str(path), "--out", str(tmp_path / "merged")])
+    err = capsys.readouterr().err
+    assert not (tmp_path / "merged").exists()
+    return done.value.code, err
+
+
+BAD_SHAPES = [
+    ("[1, 2]", "the file holds an array, not an object"),
+    ('{"environment": {}, "rows": []}', 'no "results" array'),
+    ('{"results": {}}', '"results" is an object, not an array'),
+    ('{"results": [{"head_dim": 64, "causal": true}]}', '"results"[0] has no "seqlen"'),
+    ('{"results": [{"head_dim": "64", "seqlen": 1024, "causal": true}]}',
+     '"results"[0] "head_dim" is a string, not an integer'),
+    ('{"results": [{"head_dim": 64, "seqlen": 1024, "causal": true, "impls": {"flash": 3}}]}',
+     '"results"[0] "impls"."flash" is a number, not an object'),
+    ('{"results": [{"head_dim": 64, "seqlen": 1024, "causal": true, "model": {"tiling": "x"}}]}',
+     '"results"[0] "model" has no "io_bytes"'),
+    ('{"results": [], "compile": [{"head_dim": 64, "causal": 1}]}',
+     '"compile"[0] "causal" is a number, not true or false'),
+    ('{"results": [], "compile": [{"head_dim": 64, "causal": true}]}', '"compile"[0] has neither "error" nor "spec"'),
+    ('{"results": [], "skipped": [null]}', '"skipped"[0] is null, not an object'),
+    ('{"results": [], "settings": {"peers": "flash"}}', '"settings.peers" is not an array'),
+    ('{"results": [], "environment": []}', '"environment" is an array, not an object'),
+]
+
+
+@pytest.mark.parametrize("text, problem", BAD_SHAPES)
+def test_cli_merge_names_a_file_of_the_wrong_shape(text: str, problem: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _bad_merge(tmp_path, "shape.json", text, capsys)
+    assert (code, err) == (1, f"error: --merge {tmp_path / 'shape.json'}: {problem}; expected a bench.json "
+                              "written by attngen bench\n")
+
+
+def test_cli_merge_names_a_missing_file_and_one_that_is_not_json(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    expected = "expected a bench.json written by attngen bench"
+    code, err = _bad_merge(tmp_path, "missing.json", None, capsys)
+    assert (code, err) == (1, f"error: --merge {tmp_path / 'missing.json'}: file not found; {expected}\n")
+    code, err = _bad_merge(tmp_path, "bench.md", "# attngen forward benchmark\n", capsys)
+    assert (code, err) == (1, f"error: --merge {tmp_path / 'bench.md'}: not JSON (Expecting value at line 1 "
+                              f"column 1); {expected}\n")
+    (tmp_path / "folder.json").mkdir()
+    code, err = _bad_merge(tmp_path, "folder.json", None, capsys)
+    assert (code, err) == (1, f"error: --merge {tmp_path / 'folder.json'}: cannot read it (Is a directory); "
+                              f"{expected}\n")
+
+
+def test_cli_merge_error_has_no_traceback(tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text("{")
+    done = subprocess.run([sys.executable, "-m", "attngen", "bench", "--merge", str(tmp_path / "bad.json"), "--out",
+                           str(tmp_path / "m")], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: --merge {tmp_path / 'bad.json'}: not JSON (") and \
+        done.stderr.count("\n") == 1, done.stderr
 
 
 def test_module_and_script_entry_points_and_no_heavy_imports() -> None:

@@ -37,7 +37,9 @@ def bench(
         "--quick", help="A subset (hd 64 and 256 at 2k/8k, hd 128 at 2k/8k/16k, causal both) for one short run.")
     ] = False,
     out: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="Output folder (default: benchmarks/results/<gpu>/).")] = None,
+        "--out", "-o", help="Output folder, created if missing (default: a new folder in the current one, "
+                            "attngen-bench-<gpu>-<YYYYmmdd-HHMMSS>/; attngen-bench-bwd-... with --backward).")
+    ] = None,
     head_dims: Annotated[str, typer.Option("--head-dims", metavar="LIST", help="Head dims, comma separated.")
                          ] = "64,128,256",
     seqlens: Annotated[str | None, typer.Option(
@@ -67,7 +69,11 @@ def bench(
 
     Each output is checked against a float64 reference before it is timed.
 
-    Writes bench.json, bench.md and fwd_tflops.png; prints TFLOP/s and ratios.
+    Writes bench.json, bench.md and fwd_tflops.png into --out (default: a new folder in the current one).
+
+    Prints TFLOP/s, attngen's ratios and, last, the folder it wrote.
+
+    The plot needs matplotlib: pip install 'attngen\\[bench]'.
     """
     from . import model
 
@@ -99,28 +105,25 @@ def bench(
 
 def _backward(head_dims: Sequence[int], seqlens: Sequence[int], causal: Sequence[bool], dtype: str,
               out: Path | None) -> None:
-    from . import backward, measure, model
+    from . import backward, measure, output
 
     env = measure.environment()
     env["line"] = (f"{env['date']}; driver {env.get('driver', '?')}, torch {env['torch']} (cuDNN {env['cudnn']}), "
                    f"triton {env['triton']}, attngen {env['attngen']}, NVRTC {env['nvrtc']}; {dtype}.")
-    target = out or Path("benchmarks") / "results" / model.gpu_slug(env["gpu"]) / "bwd"
+    target = out or output.default_folder(env["gpu"], output.BACKWARD_PREFIX)
     rows = backward.run(head_dims, seqlens, causal, dtype, log=_log)
     paths = backward.write(rows, target, env)
-    typer.echo(f"wrote {', '.join(str(p) for p in paths)}")
+    typer.echo(output.written_line(target, paths))
 
 
 def _run(options: Any) -> None:
-    from . import report
     from .runner import BenchError, run
 
     try:
         results, out = run(options, log=_log)
     except BenchError as exc:
         _fail(str(exc))
-    paths = report.write_all(results, out)
-    report.print_table(results, _console())
-    typer.echo(f"wrote {report.paths_listing(paths)} in {results['elapsed_s']:.0f} s")
+    _report(results, out, results["elapsed_s"])
 
 
 def _merge(files: list[Path], out: Path | None) -> None:
@@ -129,13 +132,22 @@ def _merge(files: list[Path], out: Path | None) -> None:
     if out is None:
         _fail("--merge needs --out (where to write the merged reports)", EXIT_USAGE)
     try:
-        runs = [report.load_json(f) for f in files]
-    except (OSError, ValueError) as exc:
-        _fail(f"cannot read {exc}")
-    merged = report.merge(runs)
-    paths = report.write_all(merged, out)
-    report.print_table(merged, _console())
-    typer.echo(f"wrote {report.paths_listing(paths)}")
+        runs = [report.load_run(f) for f in files]
+    except ValueError as exc:
+        _fail(f"--merge {exc}")
+    _report(report.merge(runs), out)
+
+
+def _report(results: dict[str, Any], out: Path, elapsed_s: float | None = None) -> None:
+    """The reports written, the table printed, then why there is no plot (if so) and where it all went."""
+    from . import output, report
+
+    notes: list[str] = []
+    paths = report.write_all(results, out, log=notes.append)
+    report.print_table(results, _console())
+    for note in notes:
+        typer.echo(note)
+    typer.echo(output.written_line(out, paths, elapsed_s))
 
 
 def _compile_only(arch: str, head_dims: Sequence[int], causal: Sequence[bool], dtype: str, out: Path | None) -> None:

@@ -9,7 +9,7 @@ import copy
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 JSON_NAME, MD_NAME, PLOT_NAME = "bench.json", "bench.md", "fwd_tflops.png"
+NO_MATPLOTLIB = "matplotlib is not installed (pip install 'attngen[bench]')"
+
+
+class PlotSkipped(Exception):
+    """No plot was drawn; the message says why."""
 
 
 # ---- JSON -------------------------------------------------------------------------------------
@@ -46,6 +51,113 @@ def write_json(results: dict[str, Any], out: Path) -> Path:
 
 def load_json(path: Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
+
+
+# ---- a bench.json to merge: read and checked, errors name the file ----------------------------
+
+EXPECTED = "expected a bench.json written by attngen bench"
+#: Per list in a bench.json: the fields each entry needs, with their JSON types.
+ENTRY_FIELDS: dict[str, dict[str, type]] = {
+    "results": {"head_dim": int, "seqlen": int, "causal": bool},
+    "compile": {"head_dim": int, "causal": bool},
+    "skipped": {"head_dim": int, "seqlen": int, "causal": bool, "reason": str},
+}
+TYPE_NAMES = {int: "an integer", bool: "true or false", str: "a string"}
+OBJECT_FIELDS = ("environment", "settings", "ceilings")
+ROW_OBJECTS = ("impls", "ratios")
+MODEL_FIELDS = ("tiling", "io_bytes", "bound_us", "bound_by", "measured_us", "achieved_fraction",
+                "predicted_us_scaled", "measured_over_predicted")
+COMPILE_FIELDS = ("spec", "plan", "cold_compile_s", "load_ms")
+
+
+def load_run(path: Path) -> dict[str, Any]:
+    """A bench.json for `--merge`; ValueError naming the file when it is missing, not JSON or not a bench.json."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: file not found; {EXPECTED}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc}); {EXPECTED}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); {EXPECTED}"
+                         ) from None
+    problem = shape_problem(data)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}; {EXPECTED}")
+    return data
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def shape_problem(data: Any) -> str | None:
+    """What keeps `data` from being a bench.json that `merge` and the reports can read; None if nothing."""
+    if not isinstance(data, dict):
+        return f"the file holds {_json_type(data)}, not an object"
+    for key in OBJECT_FIELDS:
+        if key in data and not isinstance(data[key], dict):
+            return f'"{key}" is {_json_type(data[key])}, not an object'
+    if not isinstance(data.get("settings", {}).get("peers", []), list):
+        return '"settings.peers" is not an array'
+    if "results" not in data:
+        return 'no "results" array'
+    for key in ENTRY_FIELDS:
+        problem = _list_problem(key, data.get(key, []))
+        if problem is not None:
+            return problem
+    return None
+
+
+def _list_problem(key: str, entries: Any) -> str | None:
+    if not isinstance(entries, list):
+        return f'"{key}" is {_json_type(entries)}, not an array'
+    for i, entry in enumerate(entries):
+        problem = _entry_problem(key, entry)
+        if problem is not None:
+            return f'"{key}"[{i}] {problem}'
+    return None
+
+
+def _entry_problem(key: str, entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return f"is {_json_type(entry)}, not an object"
+    for field, kind in ENTRY_FIELDS[key].items():
+        value = entry.get(field)
+        if field not in entry:
+            return f'has no "{field}"'
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f'"{field}" is {_json_type(value)}, not {TYPE_NAMES[kind]}'
+    if key == "results":
+        return _row_problem(entry)
+    missing = [f for f in COMPILE_FIELDS if f not in entry]
+    if key == "compile" and "error" not in entry and missing:
+        return f'has neither "error" nor "{missing[0]}"'
+    return None
+
+
+def _row_problem(row: dict[str, Any]) -> str | None:
+    for field in ROW_OBJECTS:
+        if field in row and not isinstance(row[field], dict):
+            return f'"{field}" is {_json_type(row[field])}, not an object'
+    bad = next((name for name, e in row.get("impls", {}).items() if not isinstance(e, dict)), None)
+    if bad is not None:
+        return f'"impls"."{bad}" is {_json_type(row["impls"][bad])}, not an object'
+    return _model_problem(row.get("model"))
+
+
+def _model_problem(entry: Any) -> str | None:
+    """A row's "model": absent, null or empty (no plan or no ceilings), or an object with every field the report
+    shows."""
+    if entry is None or entry == {}:
+        return None
+    if not isinstance(entry, dict):
+        return f'"model" is {_json_type(entry)}, not an object or null'
+    missing = [f for f in MODEL_FIELDS if f not in entry]
+    return f'"model" has no "{missing[0]}"' if missing else None
 
 
 def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -196,12 +308,13 @@ def write_partial(results: dict[str, Any], out: Path) -> None:
     write_markdown(results, out)
 
 
-def write_all(results: dict[str, Any], out: Path) -> list[Path]:
-    """bench.json, bench.md, and the plot where matplotlib is installed."""
+def write_all(results: dict[str, Any], out: Path, log: Callable[[str], None] = print) -> list[Path]:
+    """bench.json, bench.md, and the plot where matplotlib is installed (else one line to `log` says why not)."""
     paths = [write_json(results, out), write_markdown(results, out)]
-    plot = write_plot(results, out)
-    if plot is not None:
-        paths.append(plot)
+    try:
+        paths.append(write_plot(results, out))
+    except PlotSkipped as exc:
+        log(f"plot skipped: {exc}")
     return paths
 
 
@@ -216,20 +329,21 @@ def series(results: dict[str, Any], head_dim: int, causal: bool, name: str) -> t
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def write_plot(results: dict[str, Any], out: Path) -> Path | None:
-    """One PNG, a subplot of TFLOP/s against seqlen per (head_dim, causal); None without matplotlib."""
+def write_plot(results: dict[str, Any], out: Path) -> Path:
+    """One PNG, a subplot of TFLOP/s against seqlen per (head_dim, causal); PlotSkipped without matplotlib
+    or without results."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return None
+        raise PlotSkipped(NO_MATPLOTLIB) from None
     rows = results.get("results", [])
     dims = sorted({r["head_dim"] for r in rows})
     modes = sorted({r["causal"] for r in rows})
     if not dims:
-        return None
+        raise PlotSkipped("no results to plot")
     fig, axes = plt.subplots(len(dims), len(modes), figsize=(5.5 * len(modes), 3.8 * len(dims)), squeeze=False)
     for i, d in enumerate(dims):
         for j, causal in enumerate(modes):
@@ -288,7 +402,3 @@ def _ratio_cell(value: float | None) -> str:
     if value is None:
         return "–"
     return f"[green]{value:.2f}[/]" if value >= 1.0 else f"[red]{value:.2f}[/]"
-
-
-def paths_listing(paths: Iterable[Path]) -> str:
-    return ", ".join(str(p) for p in paths)

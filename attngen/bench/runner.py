@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import measure, model, report
+from . import measure, model, output, report
 from .model import Config
 from .peers import AttngenImpl, Impl, Unavailable, compile_attngen, make_peers
 
@@ -56,7 +56,7 @@ def run(options: BenchOptions, log: Log = print) -> tuple[dict[str, Any], Path]:
         raise BenchError("the benchmark needs a CUDA GPU; torch sees none")
     started = time.perf_counter()
     results = _header(options)
-    out = options.out or Path("benchmarks") / "results" / model.gpu_slug(results["environment"]["gpu"])
+    out = options.out or output.default_folder(results["environment"]["gpu"])
     log(f"attngen bench on {results['environment']['gpu']} -> {out}")
     results["ceilings"] = measure.ceilings(options.dtype)
     c = results["ceilings"]
