@@ -73,7 +73,7 @@ def load_spec(source: str | os.PathLike[str] | Mapping[str, Any] | AttentionSpec
         return source
     if isinstance(source, Mapping):
         try:
-            return AttentionSpec.model_validate(dict(source))
+            return AttentionSpec.pydantic_validate(dict(source))
         except ValidationError as exc:
             raise spec_error_from_validation(exc) from None
     if not isinstance(source, (str, os.PathLike)):
@@ -90,7 +90,7 @@ def load_spec_text(text: str, source_name: str = "<string>") -> AttentionSpec:
                         source=source_name)
     data, lines = _parse(text, source_name)
     try:
-        return AttentionSpec.model_validate(data)
+        return AttentionSpec.pydantic_validate(data)
     except ValidationError as exc:
         raise spec_error_from_validation(exc, source=source_name, lines=lines) from None
 

@@ -10,18 +10,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
+from . import search_space
 from .archs import ArchInfo, arch_info
 from .errors import PlanError
 from .ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling
 from .spec import Arch, AttentionSpec, MaskKind, PipelineKind
 
-#: Search space of the multistage (mma.sync + cp.async) forward kernel.
-WARPS = (4, 8)
-WARP_M_TILES = (1, 2)
-BLOCK_NS = (32, 64, 128)
-AUTO_STAGES = (2, 3)
-#: block_m above 128 leaves too few query blocks to fill the GPU at 2k tokens.
-MAX_BLOCK_M = 128
 #: Registers beside the O, S and Q tiles and the per-tile A fragments: pointers, loop counters,
 #: softmax statistics, B fragments in flight, ldmatrix offsets. Calibrated with -Xptxas=-v (NVRTC
 #: 13.5) on sm_90a over the whole search space at hd 64/128/256 (benchmarks/NOTES.md): every tiling
@@ -129,15 +123,12 @@ def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, smem: int
 
 
 def enumerate_tilings(spec: AttentionSpec) -> list[Tiling]:
-    stages = (spec.pipeline.stages,) if spec.pipeline.stages else AUTO_STAGES
-    out = []
-    for warps, mt, bn, st, q_regs in itertools.product(WARPS, WARP_M_TILES, BLOCK_NS, stages, (True, False)):
-        bm = 16 * mt * warps
-        if bm > MAX_BLOCK_M:
-            continue
-        out.append(Tiling(block_m=bm, block_n=bn, num_warps=warps, warp_m_tiles=mt, stages=st, q_in_regs=q_regs,
-                          refill_late=warps >= REFILL_LATE_WARPS))
-    return out
+    """The multistage search space (search_space.MULTISTAGE) with the spec's stages, Q in registers or not."""
+    space = search_space.MULTISTAGE
+    stages = (spec.pipeline.stages,) if spec.pipeline.stages else space.auto_stages
+    return [Tiling(block_m=b.block_m, block_n=bn, num_warps=b.num_warps, warp_m_tiles=b.warp_m_tiles, stages=st,
+                   q_in_regs=q_regs, refill_late=b.num_warps >= REFILL_LATE_WARPS)
+            for b, bn, st, q_regs in itertools.product(space.blocks, space.block_ns, stages, (True, False))]
 
 
 def _override_mismatch(spec: AttentionSpec, tiling: Tiling) -> str | None:
@@ -210,15 +201,43 @@ def resolve_pipeline(spec: AttentionSpec, arch: Arch) -> PipelineKind:
 
     kind = spec.pipeline.kind
     if kind is PipelineKind.auto:
-        if AUTO_PREFERS_HOPPER and planner_hopper.supports(spec, arch) is None:
-            return planner_hopper.auto_pipeline(spec)
-        return PipelineKind.multistage
+        return _resolve_auto(spec, arch)
     if kind.is_hopper:
         why_not = planner_hopper.supports(spec, arch)
         if why_not is not None:
             raise PlanError(f"spec '{spec.name}' asks for pipeline '{kind.value}', but {why_not}. Remedy: use "
                             f"pipeline 'auto' or 'multistage' for this spec or arch")
     return kind
+
+
+def auto_pipelines(spec: AttentionSpec, arch: Arch) -> list[PipelineKind]:
+    """The pipelines `auto` may use for `spec` on `arch`, preferred first: where the Hopper planner
+    serves the spec, the measured one for the head dim, the other Hopper one, then multistage."""
+    from . import planner_hopper
+
+    if not AUTO_PREFERS_HOPPER or planner_hopper.supports(spec, arch) is not None:
+        return [PipelineKind.multistage]
+    first = planner_hopper.auto_pipeline(spec)
+    other = PipelineKind.pingpong if first is PipelineKind.warp_specialized else PipelineKind.warp_specialized
+    return [first, other, PipelineKind.multistage]
+
+
+def _resolve_auto(spec: AttentionSpec, arch: Arch) -> PipelineKind:
+    """With tile overrides, the first of `auto_pipelines` whose search space holds them and that fits
+    them in the budget; else the first that holds them (its PlanError then gives the budget)."""
+    kinds = auto_pipelines(spec, arch)
+    tiles = _overrides(spec)
+    if not tiles or len(kinds) == 1:
+        return kinds[0]
+    held = [k for k in kinds if search_space.SPACES[k.value].holds(tiles)]
+    fits = (k for k in held if any(c.fits and _override_mismatch(spec, c.tiling) is None
+                                   for c in _evaluate_all(spec, arch, k)))
+    return next(fits, held[0] if held else kinds[0])
+
+
+def _overrides(spec: AttentionSpec) -> dict[str, int]:
+    """The spec's tile overrides that are set, e.g. {'block_m': 64}."""
+    return spec.tiles.model_dump(exclude_none=True) if spec.tiles else {}
 
 
 def _evaluate_one(spec: AttentionSpec, info: ArchInfo, kind: PipelineKind, tiling: Tiling) -> Candidate:
@@ -243,8 +262,6 @@ def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | 
 
     `exclude` maps tilings already found wanting (by the build's ptxas check) to the reason.
     """
-    from . import planner_hopper
-
     arch = Arch(arch)
     kind = resolve_pipeline(spec, arch)
     candidates: list[Candidate] = []
@@ -259,18 +276,46 @@ def plan(spec: AttentionSpec, arch: Arch | str, exclude: Mapping[Tiling, str] | 
     if not fitting:
         raise PlanError(_no_fit_message(spec, arch, kind, candidates))
     best = fitting[0]
-    assert best.cost is not None
-    runner = f"; next best {fitting[1].cost.predicted_us} us" if len(fitting) > 1 and fitting[1].cost else ""
-    measured = ""
-    if kind.is_hopper and spec.head_dim in planner_hopper.MEASURED_TILES and _rank_key(spec, best)[0] == 0:
-        t = best.tiling
-        measured = (f"the measured tiles of hd{spec.head_dim} (planner_hopper.MEASURED_TILES: "
-                    f"{t.consumer_warpgroups} consumer warpgroups, block_n {t.block_n}, {t.stages} stages, "
-                    f"overlap {t.intra_wg_overlap}); ")
-    reason = (f"{measured}lowest predicted time {best.cost.predicted_us} us at seqlen {REF_SEQLEN} "
-              f"({best.cost.blocks_per_sm} blocks/SM, HBM {best.cost.t_hbm_us} us, "
-              f"MMA {best.cost.t_mma_us} us, smem {best.cost.t_smem_us} us){runner}")
+    reason = _choice_reason(spec, kind, best, fitting)
     return _assemble(spec, arch, kind, best, reason, tuple(candidates))
+
+
+def describe_tiling(t: Tiling) -> str:
+    """A tiling as the reasons name it: the Hopper pipelines by consumer warpgroups, multistage by its block."""
+    if t.consumer_warpgroups:
+        return (f"{t.consumer_warpgroups} consumer warpgroups, block_n {t.block_n}, {t.stages} stages, "
+                f"overlap {t.intra_wg_overlap}")
+    return f"block_m {t.block_m}, block_n {t.block_n}, {t.num_warps} warps, {t.stages} stages"
+
+
+def _predicted(c: Candidate) -> float:
+    assert c.cost is not None
+    return c.cost.predicted_us
+
+
+def _choice_reason(spec: AttentionSpec, kind: PipelineKind, best: Candidate, fitting: list[Candidate]) -> str:
+    """Why `best` (the first of `fitting` by _rank_key): the measured tile table, or the lowest predicted
+    time; where the table overrode the cost model, the model's own pick and both predictions."""
+    from . import planner_hopper
+
+    assert best.cost is not None
+    cost = best.cost
+    parts = (f"{cost.blocks_per_sm} blocks/SM, HBM {cost.t_hbm_us} us, MMA {cost.t_mma_us} us, "
+             f"smem {cost.t_smem_us} us")
+    others = [c for c in fitting if c is not best]
+    runner = f"; next best {min(map(_predicted, others))} us" if others else ""
+    lowest = f"lowest predicted time {cost.predicted_us} us at seqlen {REF_SEQLEN} ({parts}){runner}"
+    measured = kind.is_hopper and spec.head_dim in planner_hopper.MEASURED_TILES and _rank_key(spec, best)[0] == 0
+    if not measured:
+        return lowest
+    table = (f"the measured tiles of hd{spec.head_dim} (planner_hopper.MEASURED_TILES: "
+             f"{describe_tiling(best.tiling)}; an H100 sweep measured them fastest)")
+    model_pick = min(fitting, key=lambda c: (_predicted(c), c.smem_bytes, c.regs_estimate))
+    if _predicted(model_pick) < cost.predicted_us:
+        return (f"{table}, chosen over the cost model's pick [{describe_tiling(model_pick.tiling)}] "
+                f"({_predicted(model_pick)} us predicted; this one {cost.predicted_us} us at seqlen {REF_SEQLEN}: "
+                f"{parts})")
+    return f"{table}, also the {lowest}"
 
 
 def plan_with(spec: AttentionSpec, arch: Arch | str, tiling: Tiling,
@@ -313,23 +358,32 @@ def _assemble(spec: AttentionSpec, arch: Arch, kind: PipelineKind, best: Candida
 
 
 def _no_fit_message(spec: AttentionSpec, arch: Arch, kind: PipelineKind, candidates: list[Candidate]) -> str:
+    tiles = _overrides(spec)
+    outside = search_space.outside(tiles, [search_space.SPACES[kind.value]]) if tiles else None
+    if outside is not None:
+        return _outside_space_message(spec, arch, kind, outside)
+    return _budget_message(spec, arch, candidates)
+
+
+def _outside_space_message(spec: AttentionSpec, arch: Arch, kind: PipelineKind, outside: str) -> str:
+    """Tile overrides the pipeline never tries: what it tries, and which pipelines would take them."""
+    tiles = _overrides(spec)
+    elsewhere = [s for s in search_space.SPACES.values() if s.pipeline != kind.value and s.holds(tiles)]
+    remedy = f"Remedy: pick tiles the {kind.value} pipeline tries or drop the spec's 'tiles' overrides"
+    if elsewhere:
+        names = " or ".join(f"'{s.pipeline}'{search_space.only_note(s)}" for s in elsewhere)
+        remedy = f"{remedy}; or use pipeline {names}, which tries these tiles"
+    return (f"spec '{spec.name}' plans with the {kind.value} pipeline on {arch.value}, whose search space does not "
+            f"hold its tiles: {outside}.\n{remedy}.")
+
+
+def _budget_message(spec: AttentionSpec, arch: Arch, candidates: list[Candidate]) -> str:
+    """No candidate the spec allows fits: the budget, each rejection's arithmetic, and a remedy."""
     # With tile overrides, only the candidates the spec asked for explain the failure.
-    matching = [c for c in candidates if _override_mismatch(spec, c.tiling) is None]
-    relevant = matching or candidates
+    relevant = [c for c in candidates if _override_mismatch(spec, c.tiling) is None] or candidates
     smallest = min(relevant, key=lambda c: c.smem_bytes)
     lines = [f"no tiling of spec '{spec.name}' fits the {arch.value} budget "
              f"({arch_info(arch).smem_per_block} B shared memory per block, 255 registers per thread)."]
-    if not matching:
-        from . import planner_hopper
-
-        space = {(c.tiling.block_m, c.tiling.block_n, c.tiling.num_warps) for c in candidates}
-        block_ms, block_ns, warps = (sorted({t[i] for t in space}) for i in range(3))
-        tiles = spec.tiles.model_dump(exclude_none=True) if spec.tiles else {}
-        lines.append(f"  the spec's tiles {tiles} are outside the {kind.value} search space: block_m in {block_ms}, "
-                     f"block_n in {block_ns}, num_warps in {warps}")
-        if kind.is_hopper:
-            lines.append(f"  ({kind.value} blocks are {planner_hopper.CONSUMER_WGS} consumer warpgroups of 64 rows "
-                         f"plus a producer warpgroup: 4 warps each)")
     reasons = list(dict.fromkeys(c.reason for c in relevant))
     lines += [f"  rejected: {r}" for r in reasons[:6]]
     if len(reasons) > 6:

@@ -10,18 +10,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from . import search_space
 from .archs import ArchInfo, arch_info
 from .ir import Candidate, CostEstimate, SmemLayout, Tiling, WarpRoles
 from .spec import Arch, AttentionSpec, MaskKind, PipelineKind
 
-#: Consumer warpgroups per block: 2 (block_m 128) or 3 (block_m 192; 160 registers each, so only
-#: small head dims fit). Ping-pong alternates exactly two.
-CONSUMER_WGS = (2, 3)
-#: KV rows per block: wgmma N of S = Q K^T (a multiple of 8 up to 256), k-steps of 16 for O += P V,
-#: and 1024-byte tile alignment (block_n x 128 bytes per 64-column box).
-BLOCK_NS = (64, 80, 96, 112, 128, 144, 160, 176, 192)
-#: Two stages keep one K/V tile pair loading while another is consumed; three help where tiles are small.
-AUTO_STAGES = (2, 3)
 #: Registers of a producer warpgroup after setmaxnreg.dec: it only computes copy coordinates.
 PRODUCER_REGS = 24
 #: Consumer registers beside O, S and P: descriptors, loop state, softmax statistics, addresses.
@@ -92,9 +85,9 @@ def supports(spec: AttentionSpec, arch: Arch) -> str | None:
     """None when a Hopper pipeline can serve `spec` on `arch`, else why not."""
     if arch_info(arch).wgmma_flops_per_clk == 0:
         return f"{arch.value} has no wgmma (the Hopper pipelines need sm_90a)"
-    if spec.head_dim % 64:
-        return (f"head_dim {spec.head_dim} is not a multiple of 64: the 128-byte swizzled TMA boxes hold 64 "
-                f"columns each")
+    if spec.head_dim % search_space.HOPPER_HEAD_DIM_MULTIPLE:
+        return (f"head_dim {spec.head_dim} is not a multiple of {search_space.HOPPER_HEAD_DIM_MULTIPLE}: the "
+                f"128-byte swizzled TMA boxes hold 64 columns each")
     return None
 
 
@@ -125,13 +118,13 @@ def register_estimate(spec: AttentionSpec, tiling: Tiling) -> int:
 
 
 def enumerate_tilings(spec: AttentionSpec, pingpong: bool) -> list[Tiling]:
-    stages = (spec.pipeline.stages,) if spec.pipeline.stages else AUTO_STAGES
-    wgs = (2,) if pingpong else CONSUMER_WGS
-    out = []
-    for c, bn, st, overlap in itertools.product(wgs, BLOCK_NS, stages, (True, False)):
-        out.append(Tiling(block_m=64 * c, block_n=bn, num_warps=4 * (c + 1), warp_m_tiles=1, stages=st,
-                          q_in_regs=False, consumer_warpgroups=c, intra_wg_overlap=overlap))
-    return out
+    """The pipeline's search space (search_space.PINGPONG or WARP_SPECIALIZED) with the spec's stages,
+    the intra-warpgroup overlap on or off."""
+    space = search_space.PINGPONG if pingpong else search_space.WARP_SPECIALIZED
+    stages = (spec.pipeline.stages,) if spec.pipeline.stages else space.auto_stages
+    return [Tiling(block_m=b.block_m, block_n=bn, num_warps=b.num_warps, warp_m_tiles=1, stages=st, q_in_regs=False,
+                   consumer_warpgroups=b.consumer_warpgroups, intra_wg_overlap=overlap)
+            for b, bn, st, overlap in itertools.product(space.blocks, space.block_ns, stages, (True, False))]
 
 
 def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool) -> CostEstimate:

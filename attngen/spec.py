@@ -5,9 +5,24 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from typing_extensions import Self
+
+from . import search_space
+from .errors import SpecError
+from .search_space import HOPPER_ARCHS
 
 HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 192, 256)
 """Head dims attngen ships: each one's kernels have passed the GPU suite against float64. The
@@ -36,6 +51,17 @@ class Arch(str, Enum):
     sm90 = "sm90"
     sm100 = "sm100"
     sm120 = "sm120"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Arch:
+        """'SM90' is sm90; anything else is a SpecError (a ValueError) with the allowed values."""
+        if isinstance(value, str):
+            for member in cls:
+                if member.value == value.strip().lower():
+                    return member
+        allowed = ", ".join(a.value for a in cls)
+        raise SpecError(f"arch {value!r} is not supported; allowed: {allowed}. Remedy: name one of those "
+                        f"(sm80 is the oldest generation attngen targets)")
 
     @property
     def capability(self) -> tuple[int, int]:
@@ -67,19 +93,50 @@ class PipelineKind(str, Enum):
         return self in (PipelineKind.warp_specialized, PipelineKind.pingpong)
 
 
-#: The arches each Hopper strategy compiles for (wgmma and TMA are sm_90a instructions).
-HOPPER_ARCHS: tuple[str, ...] = ("sm90",)
-
 MIN_STAGES, MAX_STAGES = 2, 5
 
 
 class _Frozen(BaseModel):
+    """Frozen, unknown keys forbidden; a failed validation from Python is a SpecError in the loader's words
+    (field path, what is allowed) rather than pydantic's ValidationError."""
+
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    #: Where this model sits in a spec ("tiles"), so that errors name fields as the YAML does.
+    _spec_path: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _readable(exc, type(self)._spec_path) from None
+
+    # Only reword errors: pydantic keeps validating nested models itself, rather than through this
+    # __init__ (as it does for RootModel's), so each error is reworded once and keeps its location.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
+        try:
+            return super().model_validate(obj, **options)
+        except ValidationError as exc:
+            raise _readable(exc, cls._spec_path) from None
+
+    @classmethod
+    def pydantic_validate(cls, obj: Any) -> Self:
+        """pydantic's own model_validate, raising its ValidationError (the loader maps that to YAML lines)."""
+        return super().model_validate(obj)
+
+
+def _readable(exc: ValidationError, path: tuple[str, ...]) -> SpecError:
+    from .spec_messages import spec_error_from_validation
+
+    return spec_error_from_validation(exc, prefix=path)
 
 
 class Pipeline(_Frozen):
     """`auto`, a strategy name, or `{kind: <strategy>, stages: N}`."""
 
+    _spec_path: ClassVar[tuple[str, ...]] = ("pipeline",)
     kind: PipelineKind = PipelineKind.auto
     stages: StrictInt | None = Field(default=None, ge=MIN_STAGES, le=MAX_STAGES)
 
@@ -98,7 +155,10 @@ class Pipeline(_Frozen):
 
 
 class Tiles(_Frozen):
-    """Optional tile overrides; the planner checks them against the arch's budget."""
+    """Optional tile overrides: values some pipeline's search space holds (search_space.SPACES); the
+    spec checks them against its pipelines, the planner against the arch's budget."""
+
+    _spec_path: ClassVar[tuple[str, ...]] = ("tiles",)
 
     block_m: StrictInt | None = Field(default=None, ge=16, le=256)
     block_n: StrictInt | None = Field(default=None, ge=16, le=256)
@@ -111,11 +171,15 @@ class Tiles(_Frozen):
             raise ValueError(f"must be a multiple of 16, got {value}")
         return value
 
-    @field_validator("num_warps")
+    @field_validator("block_m", "block_n", "num_warps")
     @classmethod
-    def _power_of_two(cls, value: int | None) -> int | None:
-        if value is not None and value not in (1, 2, 4, 8, 12, 16):
-            raise ValueError(f"must be one of 1, 2, 4, 8, 12, 16, got {value}")
+    def _some_pipeline_tries(cls, value: int | None, info: ValidationInfo) -> int | None:
+        field = info.field_name
+        assert field is not None
+        if value is not None and value not in search_space.all_values(field):
+            outside = search_space.outside({field: value}, list(search_space.SPACES.values()))
+            raise ValueError(f"{outside}. Remedy: pick one of those, or drop tiles.{field} and let the planner "
+                             f"choose")
         return value
 
 
@@ -182,6 +246,52 @@ class AttentionSpec(_Frozen):
                                  f"of sm_90a); arch lists {', '.join(others)}. Use pipeline 'auto' or 'multistage' "
                                  f"for those, or a separate spec per arch")
         return self
+
+    @model_validator(mode="after")
+    def _pipeline_matches_head_dim(self) -> AttentionSpec:
+        kind, multiple = self.pipeline.kind, search_space.HOPPER_HEAD_DIM_MULTIPLE
+        if kind.is_hopper and self.head_dim % multiple:
+            raise ValueError(f"pipeline '{kind.value}' needs a head_dim that is a multiple of {multiple} (its "
+                             f"128-byte swizzled TMA boxes hold 64 columns each); head_dim {self.head_dim} is not. "
+                             f"Remedy: use pipeline 'auto' or 'multistage' for this head dim")
+        return self
+
+    @model_validator(mode="after")
+    def _tiles_in_a_search_space(self) -> AttentionSpec:
+        tiles = self.tiles.model_dump(exclude_none=True) if self.tiles else {}
+        spaces, note = self._tile_spaces()
+        outside = search_space.outside(tiles, spaces) if tiles else None
+        if outside is None:
+            return self
+        usable = [s for s in self._auto_spaces()[0] if s not in spaces and s.holds(tiles)]
+        remedy = "pick tiles from those values or drop the overrides (the planner then chooses)"
+        if usable:
+            names = " or ".join(f"'{s.pipeline}'{search_space.only_note(s)}" for s in usable)
+            remedy = f"{remedy}; or use pipeline {names}, which tries these tiles"
+        raise ValueError(f"{outside}{note}. Remedy: {remedy}")
+
+    def _tile_spaces(self) -> tuple[list[search_space.Space], str]:
+        """The search spaces of the pipelines this spec may plan with, and a note on how they were chosen."""
+        kind = self.pipeline.kind
+        if kind is PipelineKind.auto:
+            return self._auto_spaces()
+        return [search_space.SPACES[kind.value]], f" (the spec names pipeline '{kind.value}')"
+
+    def _auto_spaces(self) -> tuple[list[search_space.Space], str]:
+        """The search spaces of every pipeline `auto` may use for this spec, and a note on those left out."""
+        why_not = self._why_no_hopper()
+        if why_not:
+            return [search_space.MULTISTAGE], f" (warp_specialized and pingpong do not apply: {why_not})"
+        return list(search_space.SPACES.values()), ""
+
+    def _why_no_hopper(self) -> str | None:
+        """Why no Hopper pipeline can serve this spec on any arch it targets; None when one can."""
+        multiple = search_space.HOPPER_HEAD_DIM_MULTIPLE
+        if self.head_dim % multiple:
+            return f"head_dim {self.head_dim} is not a multiple of {multiple}"
+        if self.arch and not any(a.value in HOPPER_ARCHS for a in self.arch):
+            return f"the spec's arch list ({', '.join(a.value for a in self.arch)}) has no {', '.join(HOPPER_ARCHS)}"
+        return None
 
     @model_validator(mode="after")
     def _window_matches_mask(self) -> AttentionSpec:

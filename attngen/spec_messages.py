@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
+from . import search_space
 from .errors import SpecError
 from .spec import HEAD_DIMS, MAX_STAGES, MIN_STAGES, Arch, AttentionSpec, DType, MaskKind, Pipeline, PipelineKind, Tiles
 
@@ -18,7 +19,9 @@ def _values(enum: Any) -> str:
     return ", ".join(member.value for member in enum)
 
 
-_TILE_SIZES = "multiples of 16 from 16 to 256"
+def _tries(field: str) -> str:
+    return search_space.tries(list(search_space.SPACES.values()), field)
+
 
 #: What each field accepts, keyed by YAML path with list indices dropped.
 ALLOWED: dict[str, str] = {
@@ -32,9 +35,9 @@ ALLOWED: dict[str, str] = {
     "pipeline.kind": _values(PipelineKind),
     "pipeline.stages": f"an integer from {MIN_STAGES} to {MAX_STAGES} (with a named kind, not auto)",
     "tiles": "a mapping with any of block_m, block_n, num_warps",
-    "tiles.block_m": _TILE_SIZES,
-    "tiles.block_n": _TILE_SIZES,
-    "tiles.num_warps": "1, 2, 4, 8, 12, 16 (12 and 16: Hopper pipelines, a producer warpgroup included)",
+    "tiles.block_m": _tries("block_m"),
+    "tiles.block_n": _tries("block_n"),
+    "tiles.num_warps": _tries("num_warps") + "; the Hopper counts include the producer warpgroup",
     "deterministic": "true or false",
 }
 
@@ -61,14 +64,15 @@ def join_path(path: str, key: str | int) -> str:
 
 
 def spec_error_from_validation(exc: ValidationError, source: str | None = None,
-                               lines: Mapping[str, int] | None = None) -> SpecError:
+                               lines: Mapping[str, int] | None = None, prefix: tuple[str, ...] = ()) -> SpecError:
     """One SpecError for a pydantic ValidationError of AttentionSpec (or one of its parts).
 
     `lines` maps YAML paths ("", "mask", "window[1]", "pipeline.stages") to 1-based lines; the
     first problem (unknown keys first, then in document order, missing keys last) leads the
-    message and the others follow it, one line each.
+    message and the others follow it, one line each. `prefix` is the YAML path of the part that
+    failed (("tiles",) for a Tiles), so that fields are named as in a spec.
     """
-    issues = [_issue(err, lines) for err in exc.errors()]
+    issues = [_issue({**err, "loc": (*prefix, *err["loc"])}, lines) for err in exc.errors()]
     if lines is not None and "name" not in lines and len(issues) > 1:
         # A derived name is only invalid because another field is; that field is the problem.
         issues = [i for i in issues if i.full_path != "name"] or issues
@@ -91,7 +95,9 @@ def _issue(err: Any, lines: Mapping[str, int] | None) -> _Issue:
     rank = 0 if kind in ("extra_forbidden", "invalid_key") else 2 if kind == "missing" else 1
     message = _message(err, kind, loc, path)
     allowed = ALLOWED.get(_generic(path)) or ALLOWED.get(_generic(full))
-    if allowed and kind not in ("extra_forbidden", "invalid_key") and "allowed" not in message.lower():
+    # A message with its own remedy already says what to use instead.
+    said = "allowed" in message.lower() or "Remedy:" in message
+    if allowed and kind not in ("extra_forbidden", "invalid_key") and not said:
         message += f"; allowed: {allowed}"
     if kind == "enum":
         message += _did_you_mean(err.get("input"), re.findall(r"'([^']*)'", str((err.get("ctx") or {})

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from attngen.archs import arch_info
-from attngen.errors import PlanError
-from attngen.ir import Tiling
+from attngen.errors import PlanError, SpecError
+from attngen.ir import Candidate, KernelPlan, Tiling
 from attngen.loader import load_spec, load_spec_text
-from attngen.planner import plan, smem_layout
+from attngen.planner import describe_tiling, plan, smem_layout
 from attngen.planner_hopper import MEASURED_TILES, measured_preference
 from attngen.spec import Arch, AttentionSpec, Pipeline, PipelineKind, Tiles
 
@@ -160,19 +160,78 @@ def test_planning_is_deterministic_and_accepts_arch_names() -> None:
     assert "window_256_0" in plan(spec, Arch.sm89).kernel_name
 
 
-def test_override_outside_the_search_space_is_a_plan_error() -> None:
-    with pytest.raises(PlanError, match="Remedy"):
-        plan(AttentionSpec(head_dim=64, dtype="fp16", tiles={"num_warps": 2}), Arch.sm90)
+def test_override_outside_the_search_space_names_the_space_not_the_budget() -> None:
+    # The spec refuses such tiles; one made without validation reaches the planner.
+    with pytest.raises(SpecError, match="tiles.num_warps 2: "):
+        AttentionSpec(head_dim=64, dtype="fp16", tiles={"num_warps": 2})
+    spec = AttentionSpec(head_dim=64, dtype="fp16").model_copy(update={"tiles": Tiles.model_construct(num_warps=2)})
+    with pytest.raises(PlanError) as caught:
+        plan(spec, Arch.sm90)
+    message = str(caught.value)
+    assert message.startswith("spec 'none_fp16_hd64' plans with the warp_specialized pipeline on sm90, whose search "
+                              "space does not hold its tiles: tiles.num_warps 2: the warp_specialized pipeline tries "
+                              "num_warps 12 or 16 (sm90 only); 2 is not among them."), message
+    assert "Remedy" in message and "shared memory" not in message and "smallest candidate" not in message
+
+
+def test_auto_tiles_another_arch_would_take_are_refused_with_that_pipeline() -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16", tiles={"block_m": 192})  # warp_specialized on sm90 only
+    assert plan(spec, Arch.sm90).pipeline is PipelineKind.warp_specialized
+    with pytest.raises(PlanError) as caught:
+        plan(spec, Arch.sm86)
+    message = str(caught.value)
+    assert "the multistage pipeline tries block_m 64 or 128; 192 is not among them" in message
+    assert "use pipeline 'warp_specialized' (sm90 only), which tries these tiles" in message
+    assert "shared memory" not in message
 
 
 def test_hopper_pipelines_name_what_they_cannot_serve() -> None:
+    with pytest.raises(SpecError, match="pipeline 'pingpong' needs a head_dim that is a multiple of 64.*Remedy"):
+        AttentionSpec(head_dim=96, dtype="bf16", pipeline="pingpong")
+    hd96 = AttentionSpec(head_dim=96, dtype="bf16")
     with pytest.raises(PlanError, match="multiple of 64.*Remedy"):
-        plan(AttentionSpec(head_dim=96, dtype="bf16", pipeline="pingpong"), Arch.sm90)
+        plan(hd96.model_copy(update={"pipeline": Pipeline(kind=PipelineKind.pingpong)}), Arch.sm90)
     with pytest.raises(PlanError, match="sm100 has no wgmma.*Remedy"):
         plan(AttentionSpec(head_dim=128, dtype="bf16", pipeline="warp_specialized"), Arch.sm100)
     # auto falls back to multistage where the Hopper planner cannot serve the spec.
-    assert plan(AttentionSpec(head_dim=96, dtype="bf16"), Arch.sm90).pipeline is PipelineKind.multistage
+    assert plan(hd96, Arch.sm90).pipeline is PipelineKind.multistage
     assert plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm100).pipeline is PipelineKind.multistage
+
+
+def _model_pick(p: KernelPlan) -> Candidate:
+    """The fitting candidate the cost model alone would choose."""
+    return min((c for c in p.candidates if c.fits and c.cost is not None),
+               key=lambda c: (c.cost.predicted_us if c.cost else 0.0, c.smem_bytes, c.regs_estimate))
+
+
+def test_reason_names_the_measured_tiles_and_the_cost_models_pick_they_overrode() -> None:
+    p = plan(load_spec(SPECS / "causal_bf16_hd128.yaml"), Arch.sm90)
+    pick = _model_pick(p)
+    assert pick.cost is not None and pick.cost.predicted_us < p.cost.predicted_us  # the table overrode the model
+    assert p.reason.startswith("the measured tiles of hd128 (planner_hopper.MEASURED_TILES: 2 consumer warpgroups, "
+                               "block_n 128, 2 stages, overlap True; an H100 sweep measured them fastest), chosen "
+                               f"over the cost model's pick [{describe_tiling(pick.tiling)}] "
+                               f"({pick.cost.predicted_us} us predicted; this one {p.cost.predicted_us} us at seqlen"
+                               ), p.reason
+    assert "lowest predicted" not in p.reason and "next best" not in p.reason
+
+
+def test_reason_says_lowest_predicted_time_only_when_it_is() -> None:
+    measured_and_lowest = plan(hd256(), Arch.sm90)
+    assert _model_pick(measured_and_lowest).tiling == measured_and_lowest.tiling
+    assert measured_and_lowest.reason.startswith("the measured tiles of hd256 (planner_hopper.MEASURED_TILES: ")
+    assert f"also the lowest predicted time {measured_and_lowest.cost.predicted_us} us" in measured_and_lowest.reason
+    model = plan(load_spec(SPECS / "causal_bf16_hd128.yaml"), Arch.sm80)
+    assert _model_pick(model).tiling == model.tiling
+    assert model.reason.startswith(f"lowest predicted time {model.cost.predicted_us} us at seqlen 4096 (")
+    runner = min(c.cost.predicted_us for c in model.candidates if c.fits and c.cost and c.tiling != model.tiling)
+    assert model.reason.endswith(f"; next best {runner} us")
+    for path in CATALOGUE:
+        for arch in ARCHS:
+            p = plan(load_spec(path), arch)
+            lowest = _model_pick(p).tiling == p.tiling
+            assert ("lowest predicted time" in p.reason) == lowest, p.reason
+            assert ("chosen over the cost model's pick" in p.reason) != lowest, p.reason
 
 
 def test_hopper_register_split_and_budget_rejections() -> None:
