@@ -167,6 +167,10 @@ def _spec_files(paths: list[Path]) -> list[Path]:
     return out
 
 
+def _planned_on(spec: AttentionSpec) -> str:
+    return f", plans on {', '.join(a.value for a in spec.arch)}" if spec.arch else ""
+
+
 def _load(path: Path) -> AttentionSpec:
     """The spec in `path`; a SpecError (naming the file) when it is missing or invalid."""
     from .loader import load_spec
@@ -253,9 +257,10 @@ def _print_summary(results: list[BuildResult], out: Path) -> None:
 @app.command()
 def check(specs: Annotated[list[Path], typer.Argument(
         metavar="SPEC", help="Spec files (YAML), or folders of them.")]) -> None:
-    """Validate spec files (a folder: the YAML files in it): 'OK' per valid file, else the error (exit 1 if any
-    is invalid)."""
+    """Validate spec files (a folder: the YAML files in it) and plan them for the archs they list: 'OK' per
+    valid file, else the error (exit 1 if any is invalid)."""
     from .errors import AttngenError
+    from .planner import plan
 
     bad = 0
     for path in _spec_files(specs):
@@ -265,7 +270,14 @@ def check(specs: Annotated[list[Path], typer.Argument(
             bad += 1
             typer.echo(f"error: {exc}", err=True)
             continue
-        typer.echo(f"{path}: OK ({spec.name})")
+        try:
+            for arch in spec.arch or ():
+                plan(spec, arch)
+        except AttngenError as exc:
+            bad += 1
+            typer.echo(f"error: {path}: {exc}", err=True)
+            continue
+        typer.echo(f"{path}: OK ({spec.name}{_planned_on(spec)})")
     if bad:
         raise typer.Exit(EXIT_FAILED)
 

@@ -91,6 +91,26 @@ def test_check_missing_file(runner: CliRunner, tmp_path: Path) -> None:
     assert "nope.yaml" in result.stderr
 
 
+def test_unreadable_spec_is_one_line_like_a_missing_one(runner: CliRunner, good: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = Path.open
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> object:
+        if self == good:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(Path, "open", refuse)
+    for command in (["check"], ["explain"], ["build", "--arch", "sm80", "--out", str(tmp_path / "o")]):
+        unreadable = runner.invoke(app, [*command, str(good)])
+        missing = runner.invoke(app, [*command, str(tmp_path / "nope.yaml")])
+        for result, words in ((unreadable, "Permission denied"), (missing, "not found")):
+            _clean(result)
+            assert result.exit_code == 1, (command, result.stderr)
+            lines = result.stderr.splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], result.stderr
+
+
 def test_check_a_folder_checks_its_yaml_files(runner: CliRunner, tmp_path: Path) -> None:
     folder = tmp_path / "specs"
     folder.mkdir()
@@ -111,6 +131,19 @@ def test_check_the_catalogue_folder(runner: CliRunner) -> None:
     _clean(result)
     assert result.exit_code == 0, result.stderr
     assert result.stdout.count("OK") == len(catalogue_files())
+
+
+def test_check_plans_for_the_listed_archs(runner: CliRunner, tmp_path: Path) -> None:
+    """Tiles every pipeline searches, but whose budget sm86 cannot hold: check says so, as build would."""
+    text = "name: big\nhead_dim: 256\ndtype: bf16\ntiles: {block_m: 128, block_n: 64}\n"
+    listed = _write(tmp_path, "listed.yaml", text + "arch: [sm90, sm86]\n")
+    result = runner.invoke(app, ["check", str(listed)])
+    _clean(result)
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {listed}: no tiling of spec 'big' fits the sm86 budget"), result.stderr
+    fits = _write(tmp_path, "fits.yaml", text.replace("128, block_n: 64", "64, block_n: 32") + "arch: [sm90, sm86]\n")
+    result = runner.invoke(app, ["check", str(fits)])
+    assert result.exit_code == 0 and "plans on sm90, sm86" in result.stdout, result.stderr
 
 
 def test_check_a_folder_without_specs(runner: CliRunner, tmp_path: Path) -> None:
