@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .spec import Arch, AttentionSpec
+from .spec.model import Arch, AttentionSpec
 
 GENERATED_ARCHS: tuple[Arch, ...] = (Arch.sm80, Arch.sm90, Arch.sm100)
 REFRESH_COMMAND = "python -m attngen.catalogue --write"
@@ -45,7 +45,7 @@ def catalogue_files() -> list[Path]:
 
 def load_catalogue_entries() -> list[tuple[Path, AttentionSpec]]:
     """(file, spec) for every catalogue spec, sorted by file name."""
-    from .loader import load_spec
+    from .spec.loader import load_spec
 
     return [(path, load_spec(path)) for path in catalogue_files()]
 
@@ -56,8 +56,8 @@ def load_catalogue() -> list[AttentionSpec]:
 
 def expected_generated() -> dict[str, str]:
     """Relative path ("<spec name>/<arch>.cu") -> rendered source, for the whole catalogue."""
-    from .planner import plan
-    from .renderer import render
+    from .codegen.renderer import render
+    from .planning.planner import plan
 
     out: dict[str, str] = {}
     for spec in load_catalogue():

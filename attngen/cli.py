@@ -21,9 +21,9 @@ from typer.core import TyperGroup
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .builder import BuildResult
-    from .ir import Candidate, KernelPlan
-    from .spec import Arch, AttentionSpec
+    from .planning.ir import Candidate, KernelPlan
+    from .spec.model import Arch, AttentionSpec
+    from .toolchain.builder import BuildResult
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -132,7 +132,7 @@ def parse_archs(text: str | None) -> list[Arch] | None:
     """'sm80,sm90' -> [Arch.sm80, Arch.sm90]; an unknown name exits with the allowed values."""
     if text is None:
         return None
-    from .spec import Arch
+    from .spec.model import Arch
 
     allowed = ", ".join(a.value for a in Arch)
     names = [part.strip() for part in text.split(",") if part.strip()]
@@ -173,7 +173,7 @@ def _planned_on(spec: AttentionSpec) -> str:
 
 def _load(path: Path) -> AttentionSpec:
     """The spec in `path`; a SpecError (naming the file) when it is missing or invalid."""
-    from .loader import load_spec
+    from .spec.loader import load_spec
 
     return load_spec(path)
 
@@ -192,7 +192,7 @@ def build(
                                              help="Parallel compile processes (default: CPU cores).")] = None,
 ) -> None:
     """Compile each spec for each arch; write OUT/<spec>/<arch>/ with kernel.cu, *.cubin, manifest.json."""
-    from .builder import build_many, prepare_out_dir, variants
+    from .toolchain.builder import build_many, prepare_out_dir, variants
 
     archs = parse_archs(arch)
     with _errors():
@@ -260,7 +260,7 @@ def check(specs: Annotated[list[Path], typer.Argument(
     """Validate spec files (a folder: the YAML files in it) and plan them for the archs they list: 'OK' per
     valid file, else the error (exit 1 if any is invalid)."""
     from .errors import AttngenError
-    from .planner import plan
+    from .planning.planner import plan
 
     bad = 0
     for path in _spec_files(specs):
@@ -290,7 +290,7 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print only the chosen plan, as JSON.")] = False,
 ) -> None:
     """Show every candidate tiling with its budget arithmetic, and the plan chosen (with its reason)."""
-    from .planner import plan
+    from .planning.planner import plan
 
     archs = parse_archs(arch)
     with _errors():
@@ -310,7 +310,7 @@ def explain(
 def _backward_summary(spec: AttentionSpec, arch: Arch) -> dict[str, object]:
     """The backward kernels' plan, or why the arch's budget cannot hold them."""
     from .errors import PlanError
-    from .planner_bwd import plan_bwd
+    from .planning.planner_bwd import plan_bwd
 
     try:
         return plan_bwd(spec, arch).summary()
@@ -344,7 +344,7 @@ def _print_backward(backward: dict[str, object]) -> None:
 def _spec_arch(spec: AttentionSpec) -> Arch:
     if spec.arch:
         return spec.arch[0]
-    from .spec import Arch
+    from .spec.model import Arch
 
     allowed = ", ".join(a.value for a in Arch)
     _fail(f"spec '{spec.name}' names no arch; pass --arch (one of {allowed})", EXIT_USAGE)
@@ -354,7 +354,7 @@ def _print_explain(kernel_plan: KernelPlan) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .archs import arch_info
+    from .planning.archs import arch_info
 
     info = arch_info(kernel_plan.arch)
     spec = kernel_plan.spec

@@ -32,7 +32,7 @@ def _sources(spec, arch):  # type: ignore[no-untyped-def]
     import attngen
 
     fwd = attngen.build(spec, arch)
-    from attngen.builder import try_build_bwd
+    from attngen.toolchain.builder import try_build_bwd
 
     bwd = try_build_bwd(spec, arch)
     return fwd, bwd if not isinstance(bwd, str) else None
@@ -51,7 +51,7 @@ def instructions(sass: str) -> list[str]:
 
 
 def record(out: Path) -> None:
-    from attngen.sass import disassemble
+    from attngen.toolchain.sass import disassemble
 
     jobs = [(spec, arch) for spec in load_catalogue() for arch in GENERATED_ARCHS]
     digest: dict[str, dict[str, str]] = {}

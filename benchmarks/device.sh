@@ -8,7 +8,7 @@ set -uo pipefail
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
   python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, 'cuda-bindings', cuda.bindings.__version__)"
-  python3 -c "from attngen.compiler import nvrtc_version; print('nvrtc', nvrtc_version())"
+  python3 -c "from attngen.toolchain.compiler import nvrtc_version; print('nvrtc', nvrtc_version())"
 } 2>&1 | tee "$OUT/environment.txt"
 status=0
 for job in "$@"; do

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from gpu_reference import reference, relative_error  # noqa: E402
 
 import attngen  # noqa: E402
-from attngen.spec import AttentionSpec  # noqa: E402
+from attngen.spec.model import AttentionSpec  # noqa: E402
 
 SHAPES = ((2, 1000, 1000, 4, 4), (1, 257, 513, 8, 2), (1, 513, 257, 4, 1), (1, 1, 77, 2, 2), (1, 4097, 4097, 2, 2))
 

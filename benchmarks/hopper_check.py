@@ -26,11 +26,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from gpu_reference import lse_error, reference, relative_error  # noqa: E402
 
-from attngen.compiler import compile_source  # noqa: E402
-from attngen.kernel import AttentionKernel  # noqa: E402
-from attngen.planner import plan, plan_with  # noqa: E402
-from attngen.renderer import render  # noqa: E402
-from attngen.spec import AttentionSpec  # noqa: E402
+from attngen.codegen.renderer import render  # noqa: E402
+from attngen.planning.planner import plan, plan_with  # noqa: E402
+from attngen.runtime.kernel import AttentionKernel  # noqa: E402
+from attngen.spec.model import AttentionSpec  # noqa: E402
+from attngen.toolchain.compiler import compile_source  # noqa: E402
 
 SHAPES = (  # batch, seqlen_q, seqlen_k, heads, kv_heads
     (2, 1000, 1000, 4, 4), (1, 257, 513, 8, 2), (1, 513, 257, 4, 1), (1, 1, 77, 2, 2), (1, 4097, 4097, 2, 2),
@@ -120,7 +120,7 @@ def main() -> int:
         import importlib
         from pathlib import Path
 
-        renderer = importlib.import_module("attngen.renderer")
+        renderer = importlib.import_module("attngen.codegen.renderer")
         renderer.templates_dir = lambda: Path(args.templates)  # type: ignore[attr-defined]
         renderer._environment.cache_clear()
     if args.overlap is not None:

@@ -10,7 +10,7 @@ import argparse
 import torch
 
 import attngen
-from attngen.spec import AttentionSpec
+from attngen.spec.model import AttentionSpec
 
 
 def main() -> None:

@@ -14,11 +14,11 @@ import torch
 import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import attngen.planner_bwd as pb
-from attngen.cache import compile_cached
-from attngen.kernel import AttentionKernel, current_arch
-from attngen.renderer import render_bwd
-from attngen.spec import AttentionSpec
+import attngen.planning.planner_bwd as pb
+from attngen.codegen.renderer import render_bwd
+from attngen.runtime.kernel import AttentionKernel, current_arch
+from attngen.spec.model import AttentionSpec
+from attngen.toolchain.cache import compile_cached
 
 
 def variants(spec: AttentionSpec, arch, limit: int):  # type: ignore[no-untyped-def]
@@ -55,7 +55,7 @@ def main() -> int:
             ms_flash = triton.testing.do_bench(lambda: torch.autograd.grad(ref, (q, k, v), dout, retain_graph=True),
                                                warmup=25, rep=100, return_mode="median")
             kernel = AttentionKernel(spec, {})
-            from attngen.builder import build
+            from attngen.toolchain.builder import build
 
             kernel.cubins[arch] = build(spec, arch)
             out = kernel(q, k, v)

@@ -18,11 +18,11 @@ import torch
 import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from attngen.compiler import compile_source
-from attngen.kernel import AttentionKernel, current_arch
-from attngen.planner import plan, plan_with
-from attngen.renderer import render
-from attngen.spec import AttentionSpec
+from attngen.codegen.renderer import render
+from attngen.planning.planner import plan, plan_with
+from attngen.runtime.kernel import AttentionKernel, current_arch
+from attngen.spec.model import AttentionSpec
+from attngen.toolchain.compiler import compile_source
 
 
 def variant_kernel(spec: AttentionSpec, base, cand, index: int) -> AttentionKernel:  # type: ignore[no-untyped-def]
@@ -50,7 +50,7 @@ def main() -> int:
         import importlib
         from pathlib import Path
 
-        renderer = importlib.import_module("attngen.renderer")
+        renderer = importlib.import_module("attngen.codegen.renderer")
         renderer.templates_dir = lambda: Path(args.templates)  # type: ignore[attr-defined]
         renderer._environment.cache_clear()
     arch = current_arch()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings
 
 from attngen.errors import SpecError
-from attngen.loader import load_spec
+from attngen.spec.loader import load_spec
 
 # Property tests draw the same examples on every run unless HYPOTHESIS_PROFILE=explore: a CI run
 # is reproducible, and exploring for new counterexamples is a deliberate act.

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from attngen import planner, planner_hopper
-from attngen.archs import arch_info
-from attngen.ir import KernelPlan
-from attngen.spec import MAX_STAGES, MIN_STAGES
+from attngen.planning import planner, planner_hopper
+from attngen.planning.archs import arch_info
+from attngen.planning.ir import KernelPlan
+from attngen.spec.model import MAX_STAGES, MIN_STAGES
 
 
 def assert_within_budget(p: KernelPlan) -> None:

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from attngen.bench import measure, model, output, peers, report, runner
 from attngen.bench.model import Config
 from attngen.cli import app
-from attngen.planner import plan
-from attngen.spec import AttentionSpec
+from attngen.planning.planner import plan
+from attngen.spec.model import AttentionSpec
 
 REPO = Path(__file__).resolve().parent.parent
 CEILINGS = {"matmul_n": 8192, "matmul_dtype": "bf16", "matmul_tflops": 700.0, "copy_gbps": 3000.0}

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from attngen.artifacts import Cubin, KernelResources, KernelSource
 from attngen.errors import PlanError, SpecError
-from attngen.planner import plan
-from attngen.spec import Arch, AttentionSpec
+from attngen.planning.planner import plan
+from attngen.spec.model import Arch, AttentionSpec
+from attngen.toolchain.artifacts import Cubin, KernelResources, KernelSource
 
 MANIFEST_KEYS = {"spec", "arch", "plan", "kernels", "nvrtc_version", "cache_key", "attngen_version",
                  "kernel_name"}
 KERNEL_KEYS = {"name", "registers", "spill_stores", "spill_loads", "smem_bytes"}
 #: The module, not the function `attngen.build` that the package binds under the same name.
-B = importlib.import_module("attngen.builder")
+B = importlib.import_module("attngen.toolchain.builder")
 
 
 def _spec(**kw: object) -> AttentionSpec:
@@ -141,7 +141,7 @@ def test_build_replans_around_spills(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tiling ptxas spills on is excluded with the reason and the spec planned again."""
     import dataclasses
 
-    from attngen import cache
+    from attngen.toolchain import cache
 
     real = cache.compile_cached
     first: list[object] = []

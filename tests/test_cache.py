@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from attngen import cache, compiler, env
-from attngen.artifacts import KernelSource
+from attngen import env
 from attngen.errors import CompileError
-from attngen.planner import plan
-from attngen.spec import AttentionSpec
+from attngen.planning.planner import plan
+from attngen.spec.model import AttentionSpec
+from attngen.toolchain import cache, compiler
+from attngen.toolchain.artifacts import KernelSource
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -193,7 +194,7 @@ def test_info_and_clear(source):
 CHILD = """
 import hashlib, json, sys, time
 from pathlib import Path
-from attngen import cache
+from attngen.toolchain import cache
 from tests.test_cache import make_source
 src = make_source()
 print("ready", flush=True)

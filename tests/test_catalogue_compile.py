@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import attngen
-from attngen.archs import arch_info
 from attngen.catalogue import load_catalogue
-from attngen.spec import Arch
+from attngen.planning.archs import arch_info
+from attngen.spec.model import Arch
 
 CATALOGUE = load_catalogue()
 CI_ARCHS = (Arch.sm80, Arch.sm90, Arch.sm100)
@@ -65,7 +65,7 @@ def test_budget_bound_specs_compile_for_other_generations(arch: Arch) -> None:
 def test_catalogue_backward_compiles_with_zero_spills(arch: Arch) -> None:
     import importlib
 
-    build = importlib.import_module("attngen.builder")
+    build = importlib.import_module("attngen.toolchain.builder")
     todo = [spec for spec in CATALOGUE]
     with ThreadPoolExecutor(max_workers=2) as pool:
         cubins = list(pool.map(lambda spec: build.build_bwd(spec, arch), todo))
@@ -82,7 +82,7 @@ def test_catalogue_backward_compiles_with_zero_spills(arch: Arch) -> None:
 def test_sm90_catalogue_runs_the_hopper_pipelines_on_hgmma(catalogue_cubins: dict) -> None:
     """On sm90 `auto` lowers every catalogue spec it can to warp_specialized or ping-pong: each such
     variant (there must be at least three) builds without spills and its SASS holds HGMMA."""
-    from attngen.sass import disassemble, opcodes
+    from attngen.toolchain.sass import disassemble, opcodes
 
     hopper = [(spec, catalogue_cubins[(spec.name, Arch.sm90)]) for spec in CATALOGUE
               if catalogue_cubins[(spec.name, Arch.sm90)].source.plan.pipeline.is_hopper]

@@ -290,7 +290,7 @@ def test_help_is_quick_and_module_entry_works() -> None:
     assert proc.returncode == 0
     for command in ("build", "check", "explain", "list"):
         assert command in proc.stdout
-    heavy = ("torch", "attngen.planner", "cuda", "pydantic", "jinja2")
+    heavy = ("torch", "attngen.planning.planner", "cuda", "pydantic", "jinja2")
     code = f"import sys, attngen.cli; sys.exit(int(any(m in sys.modules for m in {heavy!r})))"
     proc = subprocess.run([sys.executable, "-c", code], timeout=60)
     assert proc.returncode == 0, "importing attngen.cli loads heavy modules"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from attngen import compiler
-from attngen.artifacts import KernelResources, KernelSource
 from attngen.errors import CompileError
-from attngen.planner import plan
-from attngen.spec import AttentionSpec
+from attngen.planning.planner import plan
+from attngen.spec.model import AttentionSpec
+from attngen.toolchain import compiler
+from attngen.toolchain.artifacts import KernelResources, KernelSource
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -236,7 +236,7 @@ def test_syntax_error_raises_compile_error(plans, tmp_path):
     saved = Path(err.source_path)
     assert saved.is_file() and saved.read_text() == SYNTAX_ERROR
     assert saved.parent == tmp_path / "cache" / "failed"
-    assert err.repro and "-m attngen.compiler" in err.repro and "--arch sm_90a" in err.repro
+    assert err.repro and "-m attngen.toolchain.compiler" in err.repro and "--arch sm_90a" in err.repro
     assert str(saved) in str(err) and err.repro in str(err)
 
 

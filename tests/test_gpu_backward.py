@@ -12,9 +12,9 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device: the GPU tests run on a machine with one", allow_module_level=True)
 
 import attngen  # noqa: E402
-import attngen.kernel  # noqa: E402
+import attngen.runtime.kernel  # noqa: E402
 from attngen.catalogue import load_catalogue  # noqa: E402
-from attngen.spec import AttentionSpec, DType  # noqa: E402
+from attngen.spec.model import AttentionSpec, DType  # noqa: E402
 
 from .gpu_reference import reference, relative_error  # noqa: E402
 
@@ -120,7 +120,7 @@ def test_sum_backward_with_expanded_grad() -> None:
 def test_deterministic_gradients_are_exact(head_dim: int) -> None:
     """deterministic: true runs the atomic-free dQ kernel: same accuracy as the default."""
     spec = AttentionSpec(name=f"det{head_dim}", head_dim=head_dim, dtype="bf16", mask="causal", deterministic=True)
-    assert not _kernel(spec).backward.cubin(attngen.kernel.current_arch()).source.plan.dq_atomic
+    assert not _kernel(spec).backward.cubin(attngen.runtime.kernel.current_arch()).source.plan.dq_atomic
     for i, shape in enumerate([(1, 17, 17, 8, 1), (1, 1000, 129, 2, 1), (1, 257, 1000, 4, 2)]):
         q, k, v, dout = _inputs(spec, shape, seed=300 + i)
         _check(spec, q, k, v, dout)

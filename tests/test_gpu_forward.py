@@ -13,9 +13,9 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device: the GPU tests run on a machine with one", allow_module_level=True)
 
 import attngen  # noqa: E402
-import attngen.kernel  # noqa: E402
+import attngen.runtime.kernel  # noqa: E402
 from attngen.catalogue import load_catalogue  # noqa: E402
-from attngen.spec import AttentionSpec, DType, PipelineKind  # noqa: E402
+from attngen.spec.model import AttentionSpec, DType, PipelineKind  # noqa: E402
 
 from .gpu_reference import lse_error, reference, relative_error  # noqa: E402
 
@@ -78,7 +78,7 @@ def _check(spec: AttentionSpec, kernel: attngen.AttentionKernel, q, k, v, scale=
 def test_catalogue_against_float64(spec: AttentionSpec, pipeline: str, kernels: dict) -> None:
     """Every catalogue spec with each strategy the GPU has: auto (ping-pong on sm90 where it serves the
     spec), multistage (mma.sync), and warp_specialized without ping-pong."""
-    arch = attngen.kernel.current_arch()
+    arch = attngen.runtime.kernel.current_arch()
     if pipeline == "warp_specialized" and (arch.value != "sm90" or spec.head_dim % 64):
         pytest.skip(f"warp_specialized needs sm90 and a head dim that is a multiple of 64 ({arch.value}, "
                     f"hd{spec.head_dim})")
@@ -188,7 +188,7 @@ def test_broadcast_inputs_forward_and_backward(kernels: dict) -> None:
 
 def test_kernel_for_another_arch_is_refused() -> None:
     spec = AttentionSpec(name="other_arch", head_dim=64, dtype="bf16")
-    here = attngen.kernel.current_arch()
+    here = attngen.runtime.kernel.current_arch()
     other = "sm80" if here.value != "sm80" else "sm90"
     kernel = attngen.compile(spec, arch=other)
     q = torch.randn(1, 8, 2, 64, device="cuda", dtype=torch.bfloat16)

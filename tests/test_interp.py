@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attngen import schedule
-from attngen.interp import interpret, reference_attention
-from attngen.ir import KernelPlan, Tiling
-from attngen.planner import plan
-from attngen.spec import AttentionSpec
+from attngen.planning.ir import KernelPlan, Tiling
+from attngen.planning.planner import plan
+from attngen.reference import schedule
+from attngen.reference.interp import interpret, reference_attention
+from attngen.spec.model import AttentionSpec
 
 TOL = 1e-10
 

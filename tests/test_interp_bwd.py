@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attngen import schedule
-from attngen.interp import reference_attention
-from attngen.interp_bwd import interpret_bwd, lse_log2, preprocess_d, reference_attention_grads
+from attngen.reference import schedule
+from attngen.reference.interp import reference_attention
+from attngen.reference.interp_bwd import interpret_bwd, lse_log2, preprocess_d, reference_attention_grads
 
 TOL = 1e-10
 

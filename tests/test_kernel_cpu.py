@@ -6,12 +6,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attngen import op  # noqa: E402
-from attngen.artifacts import Cubin  # noqa: E402
-from attngen.kernel import AttentionKernel  # noqa: E402
-from attngen.planner import plan  # noqa: E402
-from attngen.renderer import render  # noqa: E402
-from attngen.spec import Arch, AttentionSpec  # noqa: E402
+from attngen.codegen.renderer import render  # noqa: E402
+from attngen.planning.planner import plan  # noqa: E402
+from attngen.runtime import op  # noqa: E402
+from attngen.runtime.kernel import AttentionKernel  # noqa: E402
+from attngen.spec.model import Arch, AttentionSpec  # noqa: E402
+from attngen.toolchain.artifacts import Cubin  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_misaligned_views_are_copied_to_aligned_memory(monkeypatch: pytest.Monke
 
 
 def test_strides_fill_the_parameter_block() -> None:
-    from attngen.abi import BWD_PARAMS, FWD_PARAMS, ctypes_struct, set_strides
+    from attngen.codegen.abi import BWD_PARAMS, FWD_PARAMS, ctypes_struct, set_strides
 
     q = torch.empty(2, 7, 3, 64)[:, :, :, :]
     k = torch.empty(2, 5, 3, 2, 64)[:, :, 1]  # a strided view

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attngen.errors import SpecError
-from attngen.loader import MAX_SPEC_BYTES, load_spec, load_spec_text
-from attngen.spec import HEAD_DIMS, Arch, AttentionSpec
+from attngen.spec.loader import MAX_SPEC_BYTES, load_spec, load_spec_text
+from attngen.spec.model import HEAD_DIMS, Arch, AttentionSpec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 CATALOGUE = sorted(SPECS.glob("*.yaml"))

@@ -25,10 +25,10 @@ def test_dir_lists_the_lazy_names() -> None:
 
 def test_functions_survive_their_modules_import() -> None:
     """`attngen.build` and `attngen.render` stay the functions once their modules are imported."""
-    code = ("import attngen, attngen.builder, attngen.renderer; "
+    code = ("import attngen, attngen.toolchain.builder, attngen.codegen.renderer; "
             "print(callable(attngen.build), attngen.build.__module__, attngen.render.__module__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["True", "attngen.builder", "attngen.renderer"]
+    assert out == ["True", "attngen.toolchain.builder", "attngen.codegen.renderer"]
 
 
 def test_unknown_attribute_is_an_attribute_error() -> None:

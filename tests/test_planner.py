@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from attngen.archs import arch_info
 from attngen.errors import PlanError, SpecError
-from attngen.ir import Candidate, KernelPlan, Tiling
-from attngen.loader import load_spec, load_spec_text
-from attngen.planner import describe_tiling, plan, smem_layout
-from attngen.planner_hopper import MEASURED_TILES, measured_preference
-from attngen.spec import Arch, AttentionSpec, Pipeline, PipelineKind, Tiles
+from attngen.planning.archs import arch_info
+from attngen.planning.ir import Candidate, KernelPlan, Tiling
+from attngen.planning.planner import describe_tiling, plan, smem_layout
+from attngen.planning.planner_hopper import MEASURED_TILES, measured_preference
+from attngen.spec.loader import load_spec, load_spec_text
+from attngen.spec.model import Arch, AttentionSpec, Pipeline, PipelineKind, Tiles
 
 from .plan_checks import assert_within_budget
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from attngen.archs import arch_info
 from attngen.catalogue import load_catalogue
 from attngen.errors import PlanError
-from attngen.planner_bwd import atomic_dq_cols, dkdv_registers, dkdv_smem, dq_smem, plan_bwd
-from attngen.spec import Arch, AttentionSpec
+from attngen.planning.archs import arch_info
+from attngen.planning.planner_bwd import atomic_dq_cols, dkdv_registers, dkdv_smem, dq_smem, plan_bwd
+from attngen.spec.model import Arch, AttentionSpec
 
 ARCHS = (Arch.sm80, Arch.sm86, Arch.sm90, Arch.sm100)
 
@@ -33,7 +33,7 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
 
 
 def test_deterministic_specs_never_use_atomics(monkeypatch: pytest.MonkeyPatch) -> None:
-    import attngen.planner_bwd as pb
+    import attngen.planning.planner_bwd as pb
 
     base = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     assert not plan_bwd(base, "sm90").dq_atomic  # atomic dQ is off by default (measured slower)
@@ -53,7 +53,7 @@ def test_atomic_dq_tiling_and_registers() -> None:
 
 
 def test_hd256_backward_on_small_smem_falls_back_or_explains(monkeypatch: pytest.MonkeyPatch) -> None:
-    import attngen.planner_bwd as pb
+    import attngen.planning.planner_bwd as pb
 
     monkeypatch.setattr(pb, "USE_ATOMIC_DQ", True)
     spec = AttentionSpec(head_dim=256, dtype="bf16")
@@ -65,9 +65,9 @@ def test_hd256_backward_on_small_smem_falls_back_or_explains(monkeypatch: pytest
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_atomic_dq_variant_compiles_without_spills(head_dim: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The atomic dQ path stays buildable while it is off by default."""
-    import attngen.planner_bwd as pb
-    from attngen.compiler import compile_source
-    from attngen.renderer import render_bwd
+    import attngen.planning.planner_bwd as pb
+    from attngen.codegen.renderer import render_bwd
+    from attngen.toolchain.compiler import compile_source
 
     monkeypatch.setattr(pb, "USE_ATOMIC_DQ", True)
     p = plan_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal"), "sm90")
@@ -77,7 +77,7 @@ def test_atomic_dq_variant_compiles_without_spills(head_dim: int, monkeypatch: p
 
 
 def test_hopper_backward_serves_sm90_hd128_unless_deterministic() -> None:
-    from attngen.planner_bwd import plan_bwd
+    from attngen.planning.planner_bwd import plan_bwd
 
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     p = plan_bwd(spec, "sm90")

@@ -7,9 +7,9 @@ import re
 import jinja2
 import pytest
 
-from attngen.planner import plan
-from attngen.renderer import context, render
-from attngen.spec import AttentionSpec
+from attngen.codegen.renderer import context, render
+from attngen.planning.planner import plan
+from attngen.spec.model import AttentionSpec
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_rendering_is_deterministic(hd96_plan) -> None:  # type: ignore[no-untyp
 def test_missing_context_value_fails_loudly(hd96_plan, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     import importlib
 
-    r = importlib.import_module("attngen.renderer")
+    r = importlib.import_module("attngen.codegen.renderer")
 
     def without_tiling(p):  # type: ignore[no-untyped-def]
         ctx = context(p)
@@ -73,11 +73,11 @@ def test_parameter_block_layout_is_checked_by_the_compiler(monkeypatch: pytest.M
     """The C++ struct is static_asserted against the ctypes twin: a drift fails the build, not the launch."""
     import importlib
 
-    from attngen import abi
-    from attngen.compiler import compile_source
+    from attngen.codegen import abi
     from attngen.errors import CompileError
+    from attngen.toolchain.compiler import compile_source
 
-    r = importlib.import_module("attngen.renderer")
+    r = importlib.import_module("attngen.codegen.renderer")
     p = plan(AttentionSpec(head_dim=64, dtype="bf16"), "sm80")
     assert compile_source(r.render(p)).resources  # the true layout compiles
 

@@ -6,10 +6,10 @@ import importlib
 
 import pytest
 
-from attngen.sass import disassemble, opcodes
-from attngen.spec import AttentionSpec
+from attngen.spec.model import AttentionSpec
+from attngen.toolchain.sass import disassemble, opcodes
 
-build = importlib.import_module("attngen.builder")
+build = importlib.import_module("attngen.toolchain.builder")
 
 
 @pytest.mark.parametrize("arch", ["sm80", "sm90"])

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attngen import schedule
-from attngen.spec import AttentionSpec
+from attngen.reference import schedule
+from attngen.spec.model import AttentionSpec
 
 SEQLENS = (1, 2, 3, 5, 8, 15, 16, 17, 31, 32, 33, 40)
 BLOCKS = ((16, 16), (16, 32), (32, 16), (32, 64), (64, 32), (64, 64))

@@ -13,13 +13,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from attngen import planner_hopper, search_space
-from attngen.archs import arch_info
 from attngen.errors import PlanError, SpecError
-from attngen.ir import Tiling
-from attngen.loader import load_spec, load_spec_text, spec_error_from_validation
-from attngen.planner import enumerate_tilings, plan, resolve_pipeline
-from attngen.spec import HEAD_DIMS, MAX_STAGES, MIN_STAGES, Arch, AttentionSpec, MaskKind, Pipeline, PipelineKind, Tiles
+from attngen.planning import planner_hopper, search_space
+from attngen.planning.archs import arch_info
+from attngen.planning.ir import Tiling
+from attngen.planning.planner import enumerate_tilings, plan, resolve_pipeline
+from attngen.spec.loader import load_spec, load_spec_text, spec_error_from_validation
+from attngen.spec.model import (
+    HEAD_DIMS,
+    MAX_STAGES,
+    MIN_STAGES,
+    Arch,
+    AttentionSpec,
+    MaskKind,
+    Pipeline,
+    PipelineKind,
+    Tiles,
+)
 
 from .plan_checks import assert_within_budget
 
@@ -249,7 +259,7 @@ def test_arch_accepts_any_case_and_refuses_others_with_the_allowed_values() -> N
 @pytest.mark.parametrize("entry", ["build", "plan", "plan_bwd"])
 def test_a_bad_arch_string_in_the_api_names_the_allowed_values(entry: str) -> None:
     import attngen
-    from attngen.planner_bwd import plan_bwd
+    from attngen.planning.planner_bwd import plan_bwd
 
     call = {"build": attngen.build, "plan": attngen.plan, "plan_bwd": plan_bwd}[entry]
     with pytest.raises(SpecError) as caught:

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attngen.errors import LaunchError  # noqa: E402
-from attngen.tma import describable, map_key  # noqa: E402
+from attngen.runtime.tma import describable, map_key  # noqa: E402
 
 
 def test_key_of_a_contiguous_tensor() -> None:

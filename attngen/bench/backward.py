@@ -81,7 +81,7 @@ def run(head_dims: Sequence[int], seqlens: Sequence[int], causal_modes: Sequence
     import torch
 
     import attngen
-    from attngen.spec import AttentionSpec
+    from attngen.spec.model import AttentionSpec
 
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     rows = []

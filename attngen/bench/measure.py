@@ -172,7 +172,7 @@ def _version_of(module: str) -> str | None:
 
 def _nvrtc_version() -> str | None:
     try:
-        from ..compiler import nvrtc_version
+        from ..toolchain.compiler import nvrtc_version
 
         return nvrtc_version()
     except Exception as exc:  # the attngen rows then fail with the same cause

@@ -60,11 +60,11 @@ def compile_attngen(head_dim: int, causal: bool, dtype: str, arch: Any = None) -
     second attngen.compile of the same spec, which finds the cubin in that cache.
     """
     import attngen
-    from attngen.kernel import current_arch
+    from attngen.runtime.kernel import current_arch
 
     spec = attngen.AttentionSpec(head_dim=head_dim, dtype=dtype, mask="causal" if causal else "none")
     arch = attngen.Arch(arch) if arch is not None else current_arch()
-    from attngen import op
+    from attngen.runtime import op
 
     # One-time process set-up (importing torch, registering the op) is not part of a cache load.
     op.ensure_registered()

@@ -21,11 +21,12 @@ from typing import Any
 
 from filelock import FileLock
 
-from . import __version__, compiler, env
-from .archs import arch_info
+from .. import __version__, env
+from ..atomic import staged_dir
+from ..paths import PACKAGE_DIR, templates_dir
+from ..planning.archs import arch_info
+from . import compiler
 from .artifacts import Cubin, KernelResources, KernelSource
-from .atomic import staged_dir
-from .paths import PACKAGE_DIR, templates_dir
 
 #: Bump when the entry layout or meta.json changes; old entries then miss.
 FORMAT = 1

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .errors import SpecError
-from .spec import AttentionSpec
-from .spec_messages import ALLOWED, MODELS, join_path, short_repr, spec_error_from_validation
+from ..errors import SpecError
+from .messages import ALLOWED, MODELS, join_path, short_repr, spec_error_from_validation
+from .model import AttentionSpec
 
 #: Specs are a handful of lines; anything larger is not a spec.
 MAX_SPEC_BYTES = 64 * 1024

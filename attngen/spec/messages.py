@@ -10,9 +10,20 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
-from . import search_space
-from .errors import SpecError
-from .spec import HEAD_DIMS, MAX_STAGES, MIN_STAGES, Arch, AttentionSpec, DType, MaskKind, Pipeline, PipelineKind, Tiles
+from ..errors import SpecError
+from ..planning import search_space
+from .model import (
+    HEAD_DIMS,
+    MAX_STAGES,
+    MIN_STAGES,
+    Arch,
+    AttentionSpec,
+    DType,
+    MaskKind,
+    Pipeline,
+    PipelineKind,
+    Tiles,
+)
 
 
 def _values(enum: Any) -> str:

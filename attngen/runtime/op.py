@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import env
+from .. import env
 
 if TYPE_CHECKING:
     import torch

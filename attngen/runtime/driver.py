@@ -10,7 +10,7 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
-from .errors import LaunchError
+from ..errors import LaunchError
 
 _LOCK = threading.Lock()
 

@@ -20,9 +20,9 @@ from pydantic import (
 )
 from typing_extensions import Self
 
-from . import search_space
-from .errors import SpecError
-from .search_space import HOPPER_ARCHS
+from ..errors import SpecError
+from ..planning import search_space
+from ..planning.search_space import HOPPER_ARCHS
 
 HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 192, 256)
 """Head dims attngen ships: each one's kernels have passed the GPU suite against float64. The
@@ -128,7 +128,7 @@ class _Frozen(BaseModel):
 
 
 def _readable(exc: ValidationError, path: tuple[str, ...]) -> SpecError:
-    from .spec_messages import spec_error_from_validation
+    from .messages import spec_error_from_validation
 
     return spec_error_from_validation(exc, prefix=path)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec import Arch
+from ..spec.model import Arch
 
 
 @dataclass(frozen=True)

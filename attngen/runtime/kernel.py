@@ -7,11 +7,11 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..codegen.abi import FWD_PARAMS, HOPPER_FWD_PARAMS, ctypes_struct, set_strides
+from ..codegen.cxx import DTYPE_TAGS
+from ..spec.model import Arch, AttentionSpec
+from ..toolchain.artifacts import Cubin
 from . import op
-from .abi import FWD_PARAMS, HOPPER_FWD_PARAMS, ctypes_struct, set_strides
-from .artifacts import Cubin
-from .cxx import DTYPE_TAGS
-from .spec import Arch, AttentionSpec
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +44,7 @@ class AttentionKernel:
         self.key = f"{spec.name}-{'-'.join(sorted(c.cache_key[:12] or a.value for a, c in cubins.items()))}"
         self._loaded: dict[int, Any] = {}
         self._lock = threading.Lock()
-        from .kernel_bwd import BackwardKernels
+        from .backward import BackwardKernels
 
         #: The backward kernels, compiled on the first backward through this kernel.
         self.backward = BackwardKernels(spec)
@@ -91,7 +91,7 @@ class AttentionKernel:
         with self._lock:
             fn = self._loaded.get(device_index)
             if fn is None:
-                from .runtime import load_function
+                from .driver import load_function
 
                 cubin = self.cubins[arch]
                 plan = cubin.source.plan
@@ -103,7 +103,7 @@ class AttentionKernel:
                 softmax_scale: float) -> None:
         import torch
 
-        from .runtime import launch
+        from .driver import launch
 
         arch = current_arch(q.device)
         plan = self.cubins[arch].source.plan
@@ -162,10 +162,10 @@ def _check_shapes(q: Any, k: Any, v: Any) -> None:
 
 def compile(spec: AttentionSpec | str | os.PathLike[str], arch: Arch | str | None = None) -> AttentionKernel:  # noqa: A001
     """Build `spec` (an AttentionSpec or a YAML path) for `arch`, the spec's arches, or the current GPU."""
-    from .builder import build
+    from ..toolchain.builder import build
 
     if not isinstance(spec, AttentionSpec):
-        from .loader import load_spec
+        from ..spec.loader import load_spec
 
         spec = load_spec(spec)
     if arch is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ir import KernelPlan
+from ..planning.ir import KernelPlan
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import itertools
 
+from ..errors import PlanError
+from ..spec.model import Arch, AttentionSpec, PipelineKind
 from .archs import ArchInfo, arch_info
-from .errors import PlanError
 from .ir import BwdPlan, DkdvTiling, DqTiling, HopperBwdTiling
 from .planner import ITER_OVERHEAD_CLK, MAX_COPIES_PER_THREAD, kernel_name, swizzle_chunks
-from .spec import Arch, AttentionSpec, PipelineKind
 
 DKDV_WARPS = (4, 8)
 DKDV_BLOCK_MS = (16, 32, 64, 128)

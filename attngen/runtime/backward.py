@@ -6,9 +6,9 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .abi import BWD_PARAMS, HOPPER_BWD_PARAMS, ctypes_struct, set_strides
-from .artifacts import Cubin
-from .spec import Arch, AttentionSpec
+from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, ctypes_struct, set_strides
+from ..spec.model import Arch, AttentionSpec
+from ..toolchain.artifacts import Cubin
 
 if TYPE_CHECKING:
     import torch
@@ -30,7 +30,7 @@ class BackwardKernels:
     def cubin(self, arch: Arch) -> Cubin:
         with self._lock:
             if arch not in self.cubins:
-                from .builder import build_bwd
+                from ..toolchain.builder import build_bwd
 
                 self.cubins[arch] = build_bwd(self.spec, arch)
             return self.cubins[arch]
@@ -39,7 +39,7 @@ class BackwardKernels:
         key = (device_index, entry)
         fn = self._loaded.get(key)
         if fn is None:
-            from .runtime import load_function
+            from .driver import load_function
 
             fn = load_function(self.cubin(arch).data, entry, smem, device_index)
             self._loaded[key] = fn
@@ -49,8 +49,8 @@ class BackwardKernels:
                  lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float) -> tuple[torch.Tensor, ...]:
         import torch
 
+        from .driver import launch
         from .kernel import current_arch
-        from .runtime import launch
 
         arch = current_arch(q.device)
         plan = self.cubin(arch).source.plan
@@ -78,7 +78,8 @@ class BackwardKernels:
         params = _Params(**fields)
         set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv)
         if hopper is not None:
-            from . import tma, wgmma
+            from ..codegen import wgmma
+            from . import tma
 
             # The wgmma kernel's block: the four tensor maps, then the same fields.
             hopper_params = _HopperParams(**fields)

@@ -12,9 +12,9 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from .abi import TENSOR_MAP_BYTES
-from .errors import LaunchError
-from .runtime import check_result
+from ..codegen.abi import TENSOR_MAP_BYTES
+from ..errors import LaunchError
+from .driver import check_result
 
 #: Bytes per box row: the widest row the 128-byte swizzle allows (64 16-bit or 32 fp32 columns).
 #: Every map is 128-byte swizzled.

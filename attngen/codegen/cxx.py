@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec import DType
+from ..spec.model import DType
 
 
 @dataclass(frozen=True)

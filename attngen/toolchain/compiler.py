@@ -2,7 +2,7 @@
 
 Also a command line for reproducing a failure outside attngen:
 
-    python -m attngen.compiler KERNEL.cu --arch sm_90a [--option=-DX=1 ...] [--out KERNEL.cubin]
+    python -m attngen.toolchain.compiler KERNEL.cu --arch sm_90a [--option=-DX=1 ...] [--out KERNEL.cubin]
 
 prints the per-entry resource report, or the NVRTC log and exits non-zero.
 """
@@ -23,10 +23,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import env
-from .archs import arch_info
+from .. import env
+from ..errors import CompileError
+from ..planning.archs import arch_info
 from .artifacts import Cubin, KernelResources, KernelSource
-from .errors import CompileError
 
 #: Fixed NVRTC options. No --use_fast_math: the kernels spell their fast paths in explicit PTX.
 BASE_OPTIONS: tuple[str, ...] = ("-std=c++17", "-default-device", "-Xptxas=-v", "-lineinfo")
@@ -219,7 +219,7 @@ def save_failed_source(code: str, filename: str) -> Path:
 
 def repro_command(path: Path | str, target: str, extra_options: Sequence[str] = ()) -> str:
     """A command line that recompiles a saved source exactly as attngen did."""
-    args = [sys.executable, "-m", "attngen.compiler", str(path), "--arch", target]
+    args = [sys.executable, "-m", "attngen.toolchain.compiler", str(path), "--arch", target]
     args += [f"--option={o}" for o in extra_options]
     return shlex.join(args)
 
@@ -284,7 +284,7 @@ def format_report(resources: Sequence[KernelResources]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attngen.compiler",
+    parser = argparse.ArgumentParser(prog="python -m attngen.toolchain.compiler",
                                      description="Compile a CUDA source with attngen's NVRTC options.")
     parser.add_argument("source", type=Path)
     parser.add_argument("--arch", required=True, help="NVRTC target: sm_80, sm_90a, sm_100a, ...")

@@ -10,10 +10,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ..spec.model import Arch, AttentionSpec, MaskKind, PipelineKind
 from . import search_space
 from .archs import ArchInfo, arch_info
 from .ir import Candidate, CostEstimate, SmemLayout, Tiling, WarpRoles
-from .spec import Arch, AttentionSpec, MaskKind, PipelineKind
 
 #: Registers of a producer warpgroup after setmaxnreg.dec: it only computes copy coordinates.
 PRODUCER_REGS = 24

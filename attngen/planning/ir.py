@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from .spec import Arch, AttentionSpec, PipelineKind
+from ..spec.model import Arch, AttentionSpec, PipelineKind
 
 
 class _Frozen(BaseModel):

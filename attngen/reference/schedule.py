@@ -2,7 +2,7 @@
 
 This module is the single statement of which (query block, KV block) pairs the CUDA template visits,
 in which order, and which of them apply the element mask. The template mirrors these formulas line
-by line, and `attngen.interp` executes them in NumPy against naive attention.
+by line, and `attngen.reference.interp` executes them in NumPy against naive attention.
 
 Conventions (flash_attn >= 2.1, bottom-right aligned), with ``off = seqlen_k - seqlen_q``:
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
+from ..errors import PlanError
+from ..spec.model import Arch, AttentionSpec, MaskKind, PipelineKind
 from . import search_space
 from .archs import ArchInfo, arch_info
-from .errors import PlanError
 from .ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling
-from .spec import Arch, AttentionSpec, MaskKind, PipelineKind
 
 #: Registers beside the O, S and Q tiles and the per-tile A fragments: pointers, loop counters,
 #: softmax statistics, B fragments in flight, ldmatrix offsets. Calibrated with -Xptxas=-v (NVRTC

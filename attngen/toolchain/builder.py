@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..atomic import staged_dir, temp_name, write_atomic
+from ..errors import AttngenError, OutputError, SpecError
+from ..spec.model import Arch, AttentionSpec
 from .artifacts import Cubin
-from .atomic import staged_dir, temp_name, write_atomic
-from .errors import AttngenError, OutputError, SpecError
-from .spec import Arch, AttentionSpec
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
@@ -41,9 +41,9 @@ def build(spec: AttentionSpec, arch: Arch | str) -> Cubin:
     If ptxas reports spills, the tiling is excluded with that reason and the spec is planned again;
     after MAX_SPILL_RETRIES the last cubin is returned as it is (its manifest shows the spills).
     """
+    from ..codegen.renderer import render
+    from ..planning.planner import plan
     from .cache import compile_cached
-    from .planner import plan
-    from .renderer import render
 
     arch = Arch(arch)
     excluded: dict[Any, str] = {}
@@ -59,16 +59,16 @@ def build(spec: AttentionSpec, arch: Arch | str) -> Cubin:
 
 def build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin:
     """Plan, render and compile the backward kernels of `spec` for `arch` (one cubin, three entry points)."""
+    from ..codegen.renderer import render_bwd
+    from ..planning.planner_bwd import plan_bwd
     from .cache import compile_cached
-    from .planner_bwd import plan_bwd
-    from .renderer import render_bwd
 
     return compile_cached(render_bwd(plan_bwd(spec, Arch(arch))))
 
 
 def try_build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin | str:
     """The backward cubin, or why the arch's budget cannot hold the backward (a PlanError's text)."""
-    from .errors import PlanError
+    from ..errors import PlanError
 
     try:
         return build_bwd(spec, arch)
@@ -83,7 +83,7 @@ def manifest(cubin: Cubin, *, compile_seconds: float | None = None,
     With `bwd`, the backward entry points join `kernels` and its plan is `backward_plan` (or, when
     `bwd` is a reason, `backward` says why there is none).
     """
-    from . import __version__
+    from .. import __version__
 
     kernel_plan = cubin.source.plan
     kernels = [r.as_manifest() for r in cubin.resources]
@@ -255,7 +255,7 @@ def _build_parallel(todo: list[tuple[AttentionSpec, Arch]], out_dir: str, worker
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from .interrupts import run_job
+    from ..interrupts import run_job
 
     results: list[BuildResult | None] = [None] * len(todo)
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
@@ -278,8 +278,8 @@ def _init_worker(parent_pid: int) -> None:
     """A build worker: the stop-signal plan of interrupts.init_worker, and warnings as one line."""
     import warnings
 
-    from .errors import show_warning_line
-    from .interrupts import init_worker
+    from ..errors import show_warning_line
+    from ..interrupts import init_worker
 
     init_worker(parent_pid)
     warnings.showwarning = show_warning_line

@@ -2,7 +2,7 @@
 
 `interpret` executes what the forward kernel executes, one grid program at a time, in float64:
 the same query/KV tiles (block_m x block_n from the plan), the same KV block range and order
-(`attngen.schedule`), zero-filled tiles past the end of K/V (as cp.async zero-fill leaves them),
+(`attngen.reference.schedule`), zero-filled tiles past the end of K/V (as cp.async zero-fill leaves them),
 the element mask only on blocks where `block_needs_mask` says so, and the base-2 online softmax with
 the scale folded into exp2 and the division by the row sum deferred to the end. Any disagreement
 between the schedule and the mask conventions shows up as a difference from `reference_attention`.
@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
+from ..planning.ir import KernelPlan
 from . import schedule
-from .ir import KernelPlan
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)

@@ -7,12 +7,12 @@ from functools import lru_cache
 
 import jinja2
 
-from . import __version__
+from .. import __version__
+from ..paths import templates_dir
+from ..planning.ir import BwdPlan, KernelPlan
+from ..toolchain.artifacts import KernelSource
 from .abi import BWD_PARAMS, FWD_PARAMS, HOPPER_BWD_PARAMS, HOPPER_FWD_PARAMS, layout
-from .artifacts import KernelSource
 from .cxx import DTYPE_TAGS
-from .ir import BwdPlan, KernelPlan
-from .paths import templates_dir
 from .wgmma import attention_ops, backward_ops
 
 FWD_TEMPLATE = "attn_fwd.cu.j2"
@@ -97,7 +97,7 @@ def _bwd_plan_line(plan: BwdPlan) -> str:
 
 def bwd_context(plan: BwdPlan) -> dict[str, object]:
     """Every value the backward template reads."""
-    from .planner import swizzle_chunks
+    from ..planning.planner import swizzle_chunks
 
     return {**_common_context(plan, _bwd_plan_line(plan)), "bwd": plan, "params": BWD_PARAMS,
             "params_layout": layout(BWD_PARAMS),
