@@ -36,10 +36,11 @@ def test_planned_values_reach_the_source(hd96_plan) -> None:  # type: ignore[no-
     expected = {
         "kHeadDim": 96, "kBlockM": t.block_m, "kBlockN": t.block_n, "kWarps": t.num_warps,
         "kWarpMTiles": t.warp_m_tiles, "kStages": t.stages, "kSwizzleChunks": 4,
-        "kWindowLeft": 128, "kWindowRight": 3, "kMinBlocksPerSm": hd96_plan.min_blocks_per_sm,
+        "kMinBlocksPerSm": hd96_plan.min_blocks_per_sm,
     }
     for name, value in expected.items():
         assert re.search(rf"constexpr int {name} = {value};", code), name
+    assert "using Mask = WindowMask<128, 3>;" in code
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in code
     assert "cvt.rn.f16x2.f32" in code
 
@@ -47,7 +48,7 @@ def test_planned_values_reach_the_source(hd96_plan) -> None:  # type: ignore[no-
 def test_dtype_spelling_comes_from_one_table() -> None:
     code = render(plan(AttentionSpec(head_dim=64, dtype="bf16"), "sm90")).code
     assert ".f32.bf16.bf16.f32" in code and "cvt.rn.bf16x2.f32" in code
-    assert "constexpr int kWindowLeft = -1;" in code and "constexpr int kWindowRight = -1;" in code
+    assert "using Mask = WindowMask<-1, -1>;" in code
 
 
 def test_rendering_is_deterministic(hd96_plan) -> None:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ import jinja2
 
 from .. import __version__
 from ..paths import templates_dir
+from ..features.mask import mask_trait
 from ..planning.ir import BwdPlan, KernelPlan
 from ..toolchain.artifacts import KernelSource
 from .abi import BWD_PARAMS, FWD_PARAMS, HOPPER_BWD_PARAMS, HOPPER_FWD_PARAMS, layout
@@ -67,8 +68,7 @@ def _common_context(plan: KernelPlan | BwdPlan, plan_line: str) -> dict[str, obj
         "kernel_name": plan.kernel_name,
         "dtype": DTYPE_TAGS[spec.dtype],
         "head_dim": spec.head_dim,
-        "window_left": spec.window_left,
-        "window_right": spec.window_right,
+        "mask": mask_trait(spec),
     }
 
 

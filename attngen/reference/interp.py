@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ..features.mask import mask_trait
 from ..planning.ir import KernelPlan
 from . import schedule
 
@@ -61,20 +62,20 @@ def _query_block(plan: KernelPlan, q_bh: np.ndarray, k_bh: np.ndarray, v_bh: np.
     """One grid program: a (block_m, d) output tile and its (block_m,) LSE, padding rows included."""
     bm, bn = plan.block_m, plan.block_n
     sq, sk = q_bh.shape[0], k_bh.shape[0]
-    left, right = plan.spec.window_left, plan.spec.window_right
+    mask = mask_trait(plan.spec)
     scale_log2 = scale * LOG2E
     q_tile = _load_tile(q_bh, m_block * bm, bm)
     rows = m_block * bm + np.arange(bm)
     m_run = np.full(bm, -np.inf)                   # running max of raw scores
     l_run = np.zeros(bm)                           # running sum of exp2, relative to m_run
     acc = np.zeros((bm, q_bh.shape[1]))            # unnormalized O
-    for n_block in schedule.kv_block_order(m_block, bm, bn, sq, sk, left, right):
+    for n_block in mask.kv_block_order(m_block, bm, bn, sq, sk):
         k_tile = _load_tile(k_bh, n_block * bn, bn)
         v_tile = _load_tile(v_bh, n_block * bn, bn)
         s = q_tile @ k_tile.T
-        if schedule.block_needs_mask(n_block, m_block, bm, bn, sq, sk, left, right):
+        if mask.block_needs_mask(n_block, m_block, bm, bn, sq, sk):
             cols = n_block * bn + np.arange(bn)
-            s = np.where(schedule.visible_tile(rows, cols, sq, sk, left, right), s, -np.inf)
+            s = np.where(mask.visible(rows, cols, sq, sk), s, -np.inf)
         m_new = np.maximum(m_run, s.max(axis=1))
         m_new_scaled = _scaled_max(m_new, scale_log2)
         # Old max unguarded: -inf there gives a factor of exactly 0 on the (zero) accumulators.

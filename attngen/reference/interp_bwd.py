@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from ..features.mask import WindowMask
 from . import schedule
 from .interp import LOG2E, _load_tile, _resolve_scale
 
@@ -81,30 +82,28 @@ def _load_rows(x: np.ndarray, start: int, rows: int, fill: float) -> np.ndarray:
     return tile
 
 
-def _q_block_order(n_block: int, bm: int, bn: int, sq: int, sk: int, left: int, right: int) -> list[int]:
+def _q_block_order(mask: WindowMask, n_block: int, bm: int, bn: int, sq: int, sk: int) -> list[int]:
     """Query blocks of KV block ``n_block`` in the kernel's order: ``m_max - 1`` down to ``m_min``."""
-    m_min, m_max = schedule.q_block_range(n_block, bm, bn, sq, sk, left, right)
+    m_min, m_max = mask.q_block_range(n_block, bm, bn, sq, sk)
     return list(range(m_max - 1, m_min - 1, -1))
 
 
 def _probabilities(s: np.ndarray, lse2_tile: np.ndarray, scale_log2: float, masked: bool,
-                   rows: np.ndarray, cols: np.ndarray, sq: int, sk: int, left: int,
-                   right: int) -> np.ndarray:
+                   rows: np.ndarray, cols: np.ndarray, sq: int, sk: int, mask: WindowMask) -> np.ndarray:
     """P recomputed from raw scores and the saved LSE; the element mask only when ``masked``."""
     if masked:
-        s = np.where(schedule.visible_tile(rows, cols, sq, sk, left, right), s, -np.inf)
+        s = np.where(mask.visible(rows, cols, sq, sk), s, -np.inf)
     return np.exp2(s * scale_log2 - lse2_tile[:, None])
 
 
 def _kv_block(tiles: tuple[int, int], n_block: int, bh: dict[str, np.ndarray], scale: float,
-              window: tuple[int, int], dq_sink: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+              mask: WindowMask, dq_sink: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One grid program of the main kernel: (dK_j, dV_j) tiles (block_n, d), padding rows included.
 
     ``bh`` holds one (batch, head)'s q, do (seqlen_q, d), lse2, dsum (seqlen_q,) and k, v
     (seqlen_k, d). ``dq_sink`` (seqlen_q, d) receives this block's dQ contributions (valid rows only).
     """
     bm, bn = tiles
-    left, right = window
     sq, sk = bh["q"].shape[0], bh["k"].shape[0]
     scale_log2 = scale * LOG2E
     k_tile = _load_tile(bh["k"], n_block * bn, bn)
@@ -112,15 +111,15 @@ def _kv_block(tiles: tuple[int, int], n_block: int, bh: dict[str, np.ndarray], s
     cols = n_block * bn + np.arange(bn)
     dk = np.zeros_like(k_tile)
     dv = np.zeros_like(v_tile)
-    for m_block in _q_block_order(n_block, bm, bn, sq, sk, left, right):
+    for m_block in _q_block_order(mask, n_block, bm, bn, sq, sk):
         r0 = m_block * bm
         q_tile = _load_tile(bh["q"], r0, bm)
         do_tile = _load_tile(bh["do"], r0, bm)
         lse2_tile = _load_rows(bh["lse2"], r0, bm, np.inf)        # padding rows: P = 0
         d_tile = _load_rows(bh["dsum"], r0, bm, 0.0)
-        masked = schedule.block_needs_mask(n_block, m_block, bm, bn, sq, sk, left, right)
+        masked = mask.block_needs_mask(n_block, m_block, bm, bn, sq, sk)
         p = _probabilities(q_tile @ k_tile.T, lse2_tile, scale_log2, masked, r0 + np.arange(bm),
-                           cols, sq, sk, left, right)
+                           cols, sq, sk, mask)
         dv += p.T @ do_tile
         dp = do_tile @ v_tile.T
         ds = p * (dp - d_tile[:, None])
@@ -149,6 +148,7 @@ def interpret_bwd(plan_bwd_tiles: tuple[int, int], q: np.ndarray, k: np.ndarray,
     scale = _resolve_scale(softmax_scale, d)
     arrays = {"q": q, "do": dout, "k": k, "v": v, "lse2": lse_log2(lse), "dsum": preprocess_d(out, dout)}
     n_blocks = schedule.ceil_div(sk, bn)
+    mask = WindowMask.of(left, right)
     dq = np.zeros_like(q)
     dq_parts = np.zeros((n_blocks, *q.shape)) if deterministic else None
     dk_heads = np.zeros((batch, sk, heads, d))                # per query head; summed per group below
@@ -160,7 +160,7 @@ def interpret_bwd(plan_bwd_tiles: tuple[int, int], q: np.ndarray, k: np.ndarray,
             for b in range(batch):
                 sink = dq[b, :, h] if dq_parts is None else dq_parts[n_block, b, :, h]
                 dk_t, dv_t = _kv_block((bm, bn), n_block, _head_inputs(arrays, b, h, h // group), scale,
-                                       (left, right), sink)
+                                       mask, sink)
                 dk_heads[b, stored, h] = dk_t[:n_rows]        # padding rows are never stored
                 dv_heads[b, stored, h] = dv_t[:n_rows]
     if dq_parts is not None:

@@ -19,9 +19,6 @@ constexpr bool kQInRegs = true;
 constexpr bool kRefillLate = false;
 constexpr int kSwizzleChunks = 8;
 constexpr int kMinBlocksPerSm = 2;
-// Visible keys of query row i: lo(i) <= j <= hi(i), -1 meaning unbounded on that side.
-constexpr int kWindowLeft = -1;
-constexpr int kWindowRight = 0;
 constexpr int kSmemQ = 0;
 constexpr int kSmemKV = 16384;
 constexpr int kStageBytes = 16384;
@@ -237,60 +234,92 @@ static_assert(__builtin_offsetof(Params, scale_log2) == 152, "parameter scale_lo
 #endif
 
 // ---- Which KV blocks a query block visits, and which of them need the element mask -------------
-// The same integer formulas as attngen/schedule.py (tests run them against naive attention).
-// Causal and windows align bottom-right: offset = seqlen_k - seqlen_q.
+// The mask decides (its trait's C++ type, `Mask`); the kernels call these names.
 struct BlockRange {
-  int n_min;   // first KV block (inclusive)
-  int n_max;   // last KV block + 1; n_max <= n_min: nothing visible
+  int n_min;   // first block (inclusive)
+  int n_max;   // last block + 1; n_max <= n_min: nothing visible
 };
+
+// ---- The mask: query row i sees key j iff i + off - Left <= j <= i + off + Right -----------------
+// off = seqlen_k - seqlen_q (bottom-right aligned); -1 leaves a side unbounded: mask none is
+// <-1, -1>, causal <-1, 0>. The same integer formulas as attngen/reference/schedule.py.
+template <int Left, int Right>
+struct WindowMask {
+  // Keys visible left / right of the diagonal (-1: unbounded). A family that solves `visible` for an
+  // interval of queries per key (the sm90 backward) reads them, and serves window masks only.
+  static constexpr int kLeft = Left;
+  static constexpr int kRight = Right;
+
+  // KV blocks a query block visits.
+  template <int BM, int BN>
+  static __device__ __forceinline__ BlockRange kv_block_range(int m_block, int seqlen_q, int seqlen_k) {
+    const int offset = seqlen_k - seqlen_q;
+    const int row_first = m_block * BM;
+    const int row_last = min(row_first + BM, seqlen_q) - 1;
+    int hi = seqlen_k - 1;
+    int lo = 0;
+    if (Right >= 0) hi = min(hi, row_last + offset + Right);
+    if (Left >= 0) lo = max(lo, row_first + offset - Left);
+    if (hi < lo) return BlockRange{0, 0};
+    return BlockRange{lo / BN, hi / BN + 1};
+  }
+
+  // False guarantees every element of (query block, KV block) with a valid row is visible.
+  template <int BM, int BN>
+  static __device__ __forceinline__ bool block_needs_mask(int n_block, int m_block, int seqlen_q, int seqlen_k) {
+    const int offset = seqlen_k - seqlen_q;
+    const int col_first = n_block * BN;
+    const int col_last = col_first + BN - 1;
+    const int row_first = m_block * BM;
+    const int row_last = min(row_first + BM, seqlen_q) - 1;
+    if (col_last >= seqlen_k) return true;
+    if (Right >= 0 && col_last > row_first + offset + Right) return true;
+    if (Left >= 0 && col_first < row_last + offset - Left) return true;
+    return false;
+  }
+
+  // Query blocks that see some key of KV block n_block (the backward's loop).
+  template <int BM, int BN>
+  static __device__ __forceinline__ BlockRange q_block_range(int n_block, int seqlen_q, int seqlen_k) {
+    const int offset = seqlen_k - seqlen_q;
+    const int col_first = n_block * BN;
+    const int col_last = min(col_first + BN, seqlen_k) - 1;
+    int row_lo = 0;
+    int row_hi = seqlen_q - 1;
+    if (Right >= 0) row_lo = max(row_lo, col_first - offset - Right);
+    if (Left >= 0) row_hi = min(row_hi, col_last - offset + Left);
+    if (row_hi < row_lo) return BlockRange{0, 0};
+    return BlockRange{row_lo / BM, row_hi / BM + 1};
+  }
+
+  static __device__ __forceinline__ bool visible(int row, int col, int seqlen_q, int seqlen_k) {
+    const int diag = row + seqlen_k - seqlen_q;
+    if (col >= seqlen_k) return false;
+    if (Right >= 0 && col > diag + Right) return false;
+    if (Left >= 0 && col < diag - Left) return false;
+    return true;
+  }
+};
+
+using Mask = WindowMask<-1, 0>;
 
 template <int BM, int BN>
 __device__ __forceinline__ BlockRange kv_block_range(int m_block, int seqlen_q, int seqlen_k) {
-  const int offset = seqlen_k - seqlen_q;
-  const int row_first = m_block * BM;
-  const int row_last = min(row_first + BM, seqlen_q) - 1;
-  int hi = seqlen_k - 1;
-  int lo = 0;
-  if (kWindowRight >= 0) hi = min(hi, row_last + offset + kWindowRight);
-  if (kWindowLeft >= 0) lo = max(lo, row_first + offset - kWindowLeft);
-  if (hi < lo) return BlockRange{0, 0};
-  return BlockRange{lo / BN, hi / BN + 1};
+  return Mask::template kv_block_range<BM, BN>(m_block, seqlen_q, seqlen_k);
 }
 
-// False guarantees every element of (query block, KV block) with a valid row is visible.
 template <int BM, int BN>
 __device__ __forceinline__ bool block_needs_mask(int n_block, int m_block, int seqlen_q, int seqlen_k) {
-  const int offset = seqlen_k - seqlen_q;
-  const int col_first = n_block * BN;
-  const int col_last = col_first + BN - 1;
-  const int row_first = m_block * BM;
-  const int row_last = min(row_first + BM, seqlen_q) - 1;
-  if (col_last >= seqlen_k) return true;
-  if (kWindowRight >= 0 && col_last > row_first + offset + kWindowRight) return true;
-  if (kWindowLeft >= 0 && col_first < row_last + offset - kWindowLeft) return true;
-  return false;
+  return Mask::template block_needs_mask<BM, BN>(n_block, m_block, seqlen_q, seqlen_k);
 }
 
-// Query blocks that see some key of KV block n_block (the backward's loop; schedule.q_block_range).
 template <int BM, int BN>
 __device__ __forceinline__ BlockRange q_block_range(int n_block, int seqlen_q, int seqlen_k) {
-  const int offset = seqlen_k - seqlen_q;
-  const int col_first = n_block * BN;
-  const int col_last = min(col_first + BN, seqlen_k) - 1;
-  int row_lo = 0;
-  int row_hi = seqlen_q - 1;
-  if (kWindowRight >= 0) row_lo = max(row_lo, col_first - offset - kWindowRight);
-  if (kWindowLeft >= 0) row_hi = min(row_hi, col_last - offset + kWindowLeft);
-  if (row_hi < row_lo) return BlockRange{0, 0};
-  return BlockRange{row_lo / BM, row_hi / BM + 1};
+  return Mask::template q_block_range<BM, BN>(n_block, seqlen_q, seqlen_k);
 }
 
 __device__ __forceinline__ bool visible(int row, int col, int seqlen_q, int seqlen_k) {
-  const int diag = row + seqlen_k - seqlen_q;
-  if (col >= seqlen_k) return false;
-  if (kWindowRight >= 0 && col > diag + kWindowRight) return false;
-  if (kWindowLeft >= 0 && col < diag - kWindowLeft) return false;
-  return true;
+  return Mask::visible(row, col, seqlen_q, seqlen_k);
 }
 
 // ---- Online softmax and the output epilogue, shared by every forward pipeline -----------------
