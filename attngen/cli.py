@@ -1,4 +1,4 @@
-"""The `attngen` command: build, check, explain, list. A thin shell over attngen.build and friends.
+"""The `attngen` command: build, check, explain, list, families. A thin shell over attngen.build and friends.
 
 Every error attngen raises on purpose, and every bad argument, is printed as one message on
 stderr with a non-zero exit; never a traceback. Heavy modules load inside the commands, so
@@ -290,7 +290,7 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print only the chosen plan, as JSON.")] = False,
 ) -> None:
     """Show every candidate tiling with its budget arithmetic, and the plan chosen (with its reason)."""
-    from .planning.planner import plan
+    from .planning.planner import considered, plan
 
     archs = parse_archs(arch)
     with _errors():
@@ -299,11 +299,13 @@ def explain(
             _fail("explain takes one arch; pass a single --arch", EXIT_USAGE)
         target = archs[0] if archs else _spec_arch(spec)
         kernel_plan = plan(spec, target)
+        families = considered(kernel_plan)
         backward = _backward_summary(spec, target)
     if as_json:
-        sys.stdout.write(json.dumps({**kernel_plan.summary(), "backward": backward}, indent=2) + "\n")
+        out = {**kernel_plan.summary(), "families": dict(families), "backward": backward}
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
-    _print_explain(kernel_plan)
+    _print_explain(kernel_plan, families)
     _print_backward(backward)
 
 
@@ -350,26 +352,26 @@ def _spec_arch(spec: AttentionSpec) -> Arch:
     _fail(f"spec '{spec.name}' names no arch; pass --arch (one of {allowed})", EXIT_USAGE)
 
 
-def _print_explain(kernel_plan: KernelPlan) -> None:
+def _print_explain(kernel_plan: KernelPlan, families: list[tuple[str, str]]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
     from .planning.archs import arch_info
+    from .planning.planner import forward_family
 
     info = arch_info(kernel_plan.arch)
     spec = kernel_plan.spec
     console = _console()
-    roles = kernel_plan.roles
-    console.print(f"[bold]{spec.name}[/] on {kernel_plan.arch.value} ({info.parts}), pipeline "
+    family = forward_family(kernel_plan.family)
+    console.print(f"[bold]{spec.name}[/] on {kernel_plan.arch.value} ({info.parts}), family {family.name}, pipeline "
                   f"{kernel_plan.pipeline.value}: {info.smem_per_block} B shared memory per block, "
                   f"{info.max_regs_per_thread} registers per thread")
-    if roles is not None:
-        console.print(f"warp roles: 1 producer warpgroup (TMA, setmaxnreg {roles.producer_regs}), "
-                      f"{roles.consumer_warpgroups} consumer warpgroups (wgmma, setmaxnreg {roles.consumer_regs}); "
-                      f"ping-pong {'on' if roles.pingpong else 'off'}; 'regs est' is per consumer thread")
+    for name, why in families:
+        console.print(f"family {name}: {escape(why)}", soft_wrap=True)
+    for line in family.explain_lines(kernel_plan):
+        console.print(escape(line), soft_wrap=True)
     table = Table(show_lines=False)
-    fifth = "overlap" if roles is not None else "q in regs"
-    for name in ("", "block_m x block_n", "warps", "stages", fifth, "smem B", "regs est",
+    for name in ("", "block_m x block_n", "warps", "stages", family.column, "smem B", "regs est",
                  "fits / reason", "predicted us"):
         table.add_column(name, justify="left" if name in ("", "fits / reason") else "right",
                          overflow="fold")
@@ -377,7 +379,7 @@ def _print_explain(kernel_plan: KernelPlan) -> None:
         t = cand.tiling
         chosen = t == kernel_plan.tiling
         table.add_row("*" if chosen else "", f"{t.block_m} x {t.block_n}", str(t.num_warps), str(t.stages),
-                      "yes" if (t.intra_wg_overlap if roles is not None else t.q_in_regs) else "no",
+                      "yes" if family.column_value(t) else "no",
                       str(cand.smem_bytes), str(cand.regs_estimate),
                       "fits" if cand.fits else f"[dim]{escape(cand.reason)}[/]",
                       f"{cand.cost.predicted_us:.2f}" if cand.cost else "-",
@@ -411,6 +413,33 @@ def list_catalogue() -> None:
     for path, spec in entries:
         mask = spec.mask.value if spec.window is None else f"{spec.mask.value} {list(spec.window)}"
         table.add_row(spec.name, str(spec.head_dim), spec.dtype.value, escape(mask), escape(_display_path(path)))
+    _console().print(table)
+
+
+@app.command("families")
+def list_families(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the registry as JSON.")] = False,
+) -> None:
+    """List the kernel families (attngen.families): what each serves, from its coverage."""
+    from dataclasses import asdict
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .families import registry
+
+    rows = [{"name": f.name, "direction": f.direction.value, "path": f.path, **asdict(f.coverage())}
+            for f in registry()]
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    table = Table(title="kernel families, in FAMILIES' order", title_justify="left")
+    columns = ("name", "direction", "path", "archs", "head_dims", "dtypes", "masks", "pipelines", "notes")
+    for name in columns:
+        table.add_column(name.replace("_", " "), overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v))
+                        for v in (row[c] for c in columns)))
     _console().print(table)
 
 

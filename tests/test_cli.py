@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from attngen.catalogue import catalogue_dir, catalogue_files
 from attngen.cli import app
 
-PLAN_KEYS = {"block_m", "block_n", "num_warps", "stages", "smem_bytes", "pipeline"}
+PLAN_KEYS = {"block_m", "block_n", "num_warps", "stages", "smem_bytes", "pipeline", "family"}
 MANIFEST_KEYS = {"spec", "arch", "plan", "kernels", "nvrtc_version", "cache_key"}
 REPO = Path(__file__).resolve().parent.parent
 
@@ -223,6 +223,45 @@ def test_explain_plan_error(runner: CliRunner, tmp_path: Path) -> None:
     assert "101376" in result.stderr and "no tiling" in result.stderr
 
 
+def test_explain_names_the_family_and_the_families_considered(runner: CliRunner, tmp_path: Path) -> None:
+    spec = _write(tmp_path, "hd128.yaml", "head_dim: 128\ndtype: bf16\n")
+    result = runner.invoke(app, ["explain", str(spec), "--arch", "sm90"])
+    _clean(result)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "family sm90_fwd, pipeline pingpong" in out
+    assert "family sm90_fwd: chosen (TMA + wgmma, warp-specialized / ping-pong): pipeline auto" in out
+    assert "family sm80_fwd: serves the spec, but sm90_fwd comes before it in FAMILIES' order" in out
+    assert "warp roles: 1 producer warpgroup" in out and "overlap" in out and "q in regs" not in out
+    result = runner.invoke(app, ["explain", str(spec), "--arch", "sm86"])
+    assert result.exit_code == 0, result.stderr
+    assert "family sm80_fwd, pipeline multistage" in result.stdout and "q in regs" in result.stdout
+    assert "family sm90_fwd: sm86 has no wgmma" in result.stdout and "warp roles" not in result.stdout
+    summary = json.loads(runner.invoke(app, ["explain", str(spec), "--arch", "sm90", "--json"]).stdout)
+    assert summary["family"] == "sm90_fwd" and list(summary["families"]) == ["sm90_fwd", "sm80_fwd"]
+    assert summary["families"]["sm90_fwd"].startswith("chosen")
+
+
+def test_families_lists_the_registry(runner: CliRunner) -> None:
+    from attngen.families import registry
+
+    result = runner.invoke(app, ["families"])
+    _clean(result)
+    assert result.exit_code == 0, result.stderr
+    for word in ("name", "direction", "path", "archs", "head dims", "dtypes", "masks", "pipelines", "notes",
+                 "sm90_fwd", "sm80_fwd", "mma.sync + cp.async", "warp_specialized"):
+        assert word in result.stdout, word
+    result = runner.invoke(app, ["families", "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["name"] for r in rows] == [f.name for f in registry()]
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["sm90_fwd"]["archs"] == ["sm90"] and by_name["sm90_fwd"]["head_dims"] == [64, 128, 192, 256]
+    assert by_name["sm80_fwd"]["direction"] == "forward" and by_name["sm80_fwd"]["pipelines"] == ["multistage"]
+    assert set(by_name["sm80_fwd"]) == {"name", "direction", "path", "archs", "head_dims", "dtypes", "masks",
+                                        "pipelines", "notes"}
+
+
 # ---- arguments --------------------------------------------------------------------------------
 
 
@@ -288,7 +327,7 @@ def test_help_is_quick_and_module_entry_works() -> None:
     proc = subprocess.run([sys.executable, "-m", "attngen", "--help"], capture_output=True, text=True,
                           timeout=60, cwd=REPO)
     assert proc.returncode == 0
-    for command in ("build", "check", "explain", "list"):
+    for command in ("build", "check", "explain", "list", "families"):
         assert command in proc.stdout
     heavy = ("torch", "attngen.planning.planner", "cuda", "pydantic", "jinja2")
     code = f"import sys, attngen.cli; sys.exit(int(any(m in sys.modules for m in {heavy!r})))"

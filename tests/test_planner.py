@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from attngen.errors import PlanError, SpecError
+from attngen.families.sm80_fwd import smem_layout
+from attngen.families.sm90_fwd import MEASURED_TILES, describe_tiling, measured_preference
 from attngen.planning.archs import arch_info
 from attngen.planning.ir import Candidate, KernelPlan, Tiling
-from attngen.planning.planner import describe_tiling, plan, smem_layout
-from attngen.planning.planner_hopper import MEASURED_TILES, measured_preference
+from attngen.planning.planner import plan
 from attngen.spec.loader import load_spec, load_spec_text
 from attngen.spec.model import Arch, AttentionSpec, Pipeline, PipelineKind, Tiles
 
@@ -208,7 +209,7 @@ def test_reason_names_the_measured_tiles_and_the_cost_models_pick_they_overrode(
     p = plan(load_spec(SPECS / "causal_bf16_hd128.yaml"), Arch.sm90)
     pick = _model_pick(p)
     assert pick.cost is not None and pick.cost.predicted_us < p.cost.predicted_us  # the table overrode the model
-    assert p.reason.startswith("the measured tiles of hd128 (planner_hopper.MEASURED_TILES: 2 consumer warpgroups, "
+    assert p.reason.startswith("the measured tiles of hd128 (sm90_fwd.MEASURED_TILES: 2 consumer warpgroups, "
                                "block_n 128, 2 stages, overlap True; an H100 sweep measured them fastest), chosen "
                                f"over the cost model's pick [{describe_tiling(pick.tiling)}] "
                                f"({pick.cost.predicted_us} us predicted; this one {p.cost.predicted_us} us at seqlen"
@@ -219,7 +220,7 @@ def test_reason_names_the_measured_tiles_and_the_cost_models_pick_they_overrode(
 def test_reason_says_lowest_predicted_time_only_when_it_is() -> None:
     measured_and_lowest = plan(hd256(), Arch.sm90)
     assert _model_pick(measured_and_lowest).tiling == measured_and_lowest.tiling
-    assert measured_and_lowest.reason.startswith("the measured tiles of hd256 (planner_hopper.MEASURED_TILES: ")
+    assert measured_and_lowest.reason.startswith("the measured tiles of hd256 (sm90_fwd.MEASURED_TILES: ")
     assert f"also the lowest predicted time {measured_and_lowest.cost.predicted_us} us" in measured_and_lowest.reason
     model = plan(load_spec(SPECS / "causal_bf16_hd128.yaml"), Arch.sm80)
     assert _model_pick(model).tiling == model.tiling

@@ -56,18 +56,18 @@ def test_rendering_is_deterministic(hd96_plan) -> None:  # type: ignore[no-untyp
 
 
 def test_missing_context_value_fails_loudly(hd96_plan, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    import importlib
+    from attngen.families.sm80_fwd import Sm80Forward
 
-    r = importlib.import_module("attngen.codegen.renderer")
+    real = Sm80Forward.context
 
-    def without_tiling(p):  # type: ignore[no-untyped-def]
-        ctx = context(p)
+    def without_tiling(self, p):  # type: ignore[no-untyped-def]
+        ctx = real(self, p)
         del ctx["tiling"]
         return ctx
 
-    monkeypatch.setattr(r, "context", without_tiling)
+    monkeypatch.setattr(Sm80Forward, "context", without_tiling)
     with pytest.raises(jinja2.UndefinedError):
-        r.render(hd96_plan)
+        render(hd96_plan)
 
 
 def test_parameter_block_layout_is_checked_by_the_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,13 +78,27 @@ def test_parameter_block_layout_is_checked_by_the_compiler(monkeypatch: pytest.M
     from attngen.errors import CompileError
     from attngen.toolchain.compiler import compile_source
 
-    r = importlib.import_module("attngen.codegen.renderer")
+    family = importlib.import_module("attngen.families.sm80_fwd")  # the family builds the context
     p = plan(AttentionSpec(head_dim=64, dtype="bf16"), "sm80")
-    assert compile_source(r.render(p)).resources  # the true layout compiles
+    assert compile_source(render(p)).resources  # the true layout compiles
 
     def shifted(fields):  # type: ignore[no-untyped-def]
         return tuple((name, off + 8 if name == "seqlen_q" else off) for name, off in abi.layout(fields))
 
-    monkeypatch.setattr(r, "layout", shifted)
+    monkeypatch.setattr(family, "layout", shifted)
     with pytest.raises(CompileError, match="parameter seqlen_q differs from attngen.abi"):
-        compile_source(r.render(p))
+        compile_source(render(p))
+
+
+@pytest.mark.parametrize(("head_dim", "arch", "family", "marker"), [
+    (96, "sm80", "sm80_fwd", "mma.sync.aligned.m16n8k16"), (128, "sm90", "sm90_fwd", "wgmma.mma_async"),
+    (128, "sm100", "sm80_fwd", "cp.async")])
+def test_render_goes_through_the_plans_family(head_dim: int, arch: str, family: str, marker: str) -> None:
+    from attngen.families import get
+
+    p = plan(AttentionSpec(head_dim=head_dim, dtype="bf16"), arch)
+    assert p.family == family
+    src = render(p)
+    assert src.code == get(family).render(p).code and marker in src.code
+    assert context(p) == get(family).context(p)  # type: ignore[attr-defined]
+    assert f"// plan for {arch}: {get(family).plan_line(p)}" in src.code  # type: ignore[attr-defined]

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from attngen.errors import PlanError, SpecError
-from attngen.planning import planner_hopper, search_space
+from attngen.planning import search_space
 from attngen.planning.archs import arch_info
 from attngen.planning.ir import Tiling
-from attngen.planning.planner import enumerate_tilings, plan, resolve_pipeline
+from attngen.planning.planner import family_of, plan, resolve_pipeline
 from attngen.spec.loader import load_spec, load_spec_text, spec_error_from_validation
 from attngen.spec.model import (
     HEAD_DIMS,
@@ -287,9 +287,7 @@ def _tiles_of(tiling: Tiling) -> dict[str, int]:
 
 def _enumerated(spec: AttentionSpec, kind: PipelineKind) -> list[Tiling]:
     """The planners' own enumeration for `kind` (not the search-space data the spec checks against)."""
-    if kind.is_hopper:
-        return planner_hopper.enumerate_tilings(spec, kind is PipelineKind.pingpong)
-    return enumerate_tilings(spec)
+    return family_of(kind).enumerate_tilings(spec, kind)
 
 
 def _pipelines_for(data: dict[str, Any]) -> list[PipelineKind]:

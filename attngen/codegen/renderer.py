@@ -3,21 +3,20 @@ from the plan, through one context builder, under StrictUndefined."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 
 import jinja2
 
 from .. import __version__
-from ..paths import templates_dir
 from ..features.mask import mask_trait
+from ..paths import templates_dir
 from ..planning.ir import BwdPlan, KernelPlan
 from ..toolchain.artifacts import KernelSource
-from .abi import BWD_PARAMS, FWD_PARAMS, HOPPER_BWD_PARAMS, HOPPER_FWD_PARAMS, layout
+from .abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout
 from .cxx import DTYPE_TAGS
-from .wgmma import attention_ops, backward_ops
+from .wgmma import backward_ops
 
-FWD_TEMPLATE = "attn_fwd.cu.j2"
-HOPPER_FWD_TEMPLATE = "attn_fwd_hopper.cu.j2"
 HOPPER_BWD_TEMPLATE = "attn_bwd_hopper.cu.j2"
 BWD_TEMPLATE = "attn_bwd.cu.j2"
 
@@ -46,17 +45,13 @@ def _spec_line(plan: KernelPlan | BwdPlan) -> str:
 
 
 def _plan_line(plan: KernelPlan) -> str:
-    t = plan.tiling
-    if plan.roles is not None:
-        r = plan.roles
-        return (f"{plan.pipeline.value} block_m={t.block_m} block_n={t.block_n} warps={t.num_warps} "
-                f"consumer_warpgroups={r.consumer_warpgroups} stages={t.stages} overlap={r.intra_wg_overlap} "
-                f"regs={r.producer_regs}/{r.consumer_regs} smem={plan.smem_bytes}B")
-    return (f"{plan.pipeline.value} block_m={t.block_m} block_n={t.block_n} warps={t.num_warps} "
-            f"warp_m_tiles={t.warp_m_tiles} stages={t.stages} q_in_regs={t.q_in_regs} smem={plan.smem_bytes}B")
+    from ..planning.planner import forward_family
+
+    return forward_family(plan.family).plan_line(plan)
 
 
-def _common_context(plan: KernelPlan | BwdPlan, plan_line: str) -> dict[str, object]:
+def common_context(plan: KernelPlan | BwdPlan, plan_line: str) -> dict[str, object]:
+    """The values every template reads: the stamp, the spec, the arch and the kernel name."""
     spec = plan.spec
     return {
         "version": __version__,
@@ -72,21 +67,28 @@ def _common_context(plan: KernelPlan | BwdPlan, plan_line: str) -> dict[str, obj
     }
 
 
+_common_context = common_context
+
+
+def render_source(plan: KernelPlan, template: str, values: Mapping[str, object],
+                  entry_names: tuple[str, ...]) -> KernelSource:
+    """`template` rendered with `values`: the KernelSource of `plan` (a family's render)."""
+    code = _environment().get_template(template).render(**values)
+    return KernelSource(plan=plan, code=code, entry_names=entry_names, spec_hash=plan.spec.spec_hash())
+
+
 def context(plan: KernelPlan) -> dict[str, object]:
-    """Every value the forward template reads."""
-    common = {**_common_context(plan, _plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem}
-    if plan.roles is not None:
-        qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim)
-        return {**common, "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
-                "params": HOPPER_FWD_PARAMS, "params_layout": layout(HOPPER_FWD_PARAMS)}
-    return {**common, "min_blocks_per_sm": plan.min_blocks_per_sm, "params": FWD_PARAMS,
-            "params_layout": layout(FWD_PARAMS)}
+    """Every value the forward template of the plan's family reads."""
+    from ..planning.planner import forward_family
+
+    return forward_family(plan.family).context(plan)
 
 
 def render(plan: KernelPlan) -> KernelSource:
-    template = HOPPER_FWD_TEMPLATE if plan.roles is not None else FWD_TEMPLATE
-    code = _environment().get_template(template).render(**context(plan))
-    return KernelSource(plan=plan, code=code, entry_names=(plan.kernel_name,), spec_hash=plan.spec.spec_hash())
+    """The CUDA source of `plan`, from its family's template."""
+    from ..planning.planner import forward_family
+
+    return forward_family(plan.family).render(plan)
 
 
 def _bwd_plan_line(plan: BwdPlan) -> str:

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from ..spec.model import Arch, AttentionSpec
 
 #: Module and class of each family, in the order ties between families go (a faster path first).
-FAMILIES: tuple[tuple[str, str], ...] = ()
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("sm90_fwd", "Sm90Forward"),
+    ("sm80_fwd", "Sm80Forward"),
+)
 
 __all__ = ["Coverage", "Direction", "KernelFamily", "get", "registry", "serving"]
 

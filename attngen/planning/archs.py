@@ -1,8 +1,8 @@
 """The budget model of each GPU generation: data, with the reason beside each number.
 
 Figures are the vendor's (CUDA C++ Programming Guide, "Features and Technical Specifications",
-and each architecture's tuning guide). One pure function of this table (planner.smem_bytes and
-planner.register_estimate) computes what a plan needs; nothing else reads these numbers.
+and each architecture's tuning guide). Pure functions of this table (each kernel family's smem_layout
+and register_estimate, attngen/families/) compute what a plan needs.
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import os
 import threading
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from ..codegen.abi import FWD_PARAMS, HOPPER_FWD_PARAMS, ctypes_struct, set_strides
+from ..codegen.abi import Field, ctypes_struct, set_strides
 from ..codegen.cxx import DTYPE_TAGS
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
@@ -16,8 +17,6 @@ from . import op
 if TYPE_CHECKING:
     import torch
 
-_Params = ctypes_struct(FWD_PARAMS, "FwdParams")
-_HopperParams = ctypes_struct(HOPPER_FWD_PARAMS, "HopperFwdParams")
 MAX_GRID_YZ = 65535
 
 
@@ -103,30 +102,29 @@ class AttentionKernel:
                 softmax_scale: float) -> None:
         import torch
 
-        from .driver import launch
+        from ..planning.planner import forward_family
 
         arch = current_arch(q.device)
         plan = self.cubins[arch].source.plan
         fn = self._function(q.device.index or 0, arch)
-        if plan.roles is not None:
-            from .tma import describable
-
-            # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
-            q, k, v = (t if describable(t) else t.contiguous() for t in (q, k, v))
-        batch, seqlen_q, heads, _ = q.shape
-        struct = _HopperParams if plan.roles is not None else _Params
-        params = struct(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-                        seqlen_q=seqlen_q, seqlen_k=k.shape[1], heads=heads, kv_heads=k.shape[2],
-                        scale_log2=softmax_scale * math.log2(math.e))
-        set_strides(params, q=q, k=k, v=v, o=out)
-        if plan.roles is not None:
-            from . import tma
-
-            for field, t, rows in (("tma_q", q, plan.block_m), ("tma_k", k, plan.block_n), ("tma_v", v, plan.block_n)):
-                tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
-        grid = (-(-seqlen_q // plan.block_m), heads, batch)
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        launch(fn, grid, plan.threads, stream, params)
+        # The family builds its parameter block and grid, and launches.
+        forward_family(plan.family).launch(plan, fn, stream, q, k, v, out, lse, softmax_scale)
+
+
+@cache
+def _struct(fields: tuple[Field, ...]) -> type[Any]:
+    return ctypes_struct(fields, "FwdParams")
+
+
+def forward_params(fields: tuple[Field, ...], q: Any, k: Any, v: Any, out: Any, lse: Any, softmax_scale: float) -> Any:
+    """A forward parameter block of `fields` (a family's) with the pointers, strides, shapes and scale
+    every forward kernel reads; family-specific fields (TMA maps) are left for the family to fill."""
+    params = _struct(fields)(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
+                             seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2], kv_heads=k.shape[2],
+                             scale_log2=softmax_scale * math.log2(math.e))
+    set_strides(params, q=q, k=k, v=v, o=out)
+    return params
 
 
 def _check_tensor(name: str, t: Any, spec: AttentionSpec) -> None:

@@ -1,19 +1,26 @@
-"""Plans of the Hopper forward pipelines (warp_specialized, pingpong): sm_90a's TMA and wgmma.
+"""The Hopper forward (sm_90a): TMA and wgmma, warp-specialized or ping-pong.
 
 A block is one producer warpgroup (TMA copies, few registers) and 1-3 consumer warpgroups of 64
 query rows each (wgmma m64). The budget: Q + stages x (K + V) tiles + mbarriers within 227 KB of
-shared memory, and the consumer's O, S and P registers within what `setmaxnreg` can give it.
+shared memory, and the consumer's O, S and P registers within what `setmaxnreg` can give it. It runs
+the `warp_specialized` and `pingpong` pipelines on sm90 for head dims that are multiples of 64; its
+template is attn_fwd_hopper.cu.j2, its parameter block abi.HOPPER_FWD_PARAMS (TMA maps first).
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from ..spec.model import Arch, AttentionSpec, MaskKind, PipelineKind
-from . import search_space
-from .archs import ArchInfo, arch_info
-from .ir import Candidate, CostEstimate, SmemLayout, Tiling, WarpRoles
+from ..codegen.abi import HOPPER_FWD_PARAMS, layout
+from ..codegen.wgmma import attention_ops
+from ..planning import search_space
+from ..planning.archs import ArchInfo, arch_info
+from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles
+from ..planning.planner import ForwardFamily, cost_terms, kernel_name, lowest_reason, predicted
+from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, DType, MaskKind, PipelineKind
+from .base import Coverage
 
 #: Registers of a producer warpgroup after setmaxnreg.dec: it only computes copy coordinates.
 PRODUCER_REGS = 24
@@ -160,8 +167,8 @@ def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong:
 
 
 def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool) -> Candidate:
-    layout = smem_layout(spec, tiling)
-    smem, regs = layout.total_bytes, register_estimate(spec, tiling)
+    layout_ = smem_layout(spec, tiling)
+    smem, regs = layout_.total_bytes, register_estimate(spec, tiling)
     cap = roles(info, tiling.consumer_warpgroups, pingpong, tiling.intra_wg_overlap).consumer_regs
 
     def reject(reason: str) -> Candidate:
@@ -169,7 +176,7 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool
 
     if smem > info.smem_per_block:
         return reject(f"block_m {tiling.block_m} block_n {tiling.block_n}, {tiling.stages} stages needs {smem} B "
-                      f"({layout.q_bytes} Q + {tiling.stages} x {layout.stage_bytes} K/V + barriers and "
+                      f"({layout_.q_bytes} Q + {tiling.stages} x {layout_.stage_bytes} K/V + barriers and "
                       f"{ALIGN_SLACK} alignment); {info.arch.value} allows {info.smem_per_block} B per block")
     if regs > cap:
         p_regs = tiling.block_n // 4 if tiling.intra_wg_overlap else 0
@@ -178,3 +185,123 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool
                       f"warpgroups get {cap} each after the producer keeps {PRODUCER_REGS}")
     cost = estimate_cost(spec, info, tiling, pingpong)
     return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=True, reason="fits", cost=cost)
+
+
+def describe_tiling(t: Tiling) -> str:
+    """A tiling as the reasons name it: by its consumer warpgroups."""
+    return (f"{t.consumer_warpgroups} consumer warpgroups, block_n {t.block_n}, {t.stages} stages, "
+            f"overlap {t.intra_wg_overlap}")
+
+
+class Sm90Forward(ForwardFamily):
+    name = "sm90_fwd"
+    path = "TMA + wgmma, warp-specialized / ping-pong"
+    pipelines: ClassVar[tuple[PipelineKind, ...]] = (PipelineKind.warp_specialized, PipelineKind.pingpong)
+    template = "attn_fwd_hopper.cu.j2"
+    column = "overlap"
+
+    def coverage(self) -> Coverage:
+        multiple = search_space.HOPPER_HEAD_DIM_MULTIPLE
+        return Coverage(archs=search_space.HOPPER_ARCHS, head_dims=tuple(d for d in HEAD_DIMS if d % multiple == 0),
+                        dtypes=tuple(d.value for d in DType), masks=tuple(m.value for m in MaskKind),
+                        pipelines=tuple(k.value for k in self.pipelines),
+                        notes=f"head dims that are multiples of {multiple}; `auto` takes the measured pipeline and "
+                              f"tiles of the head dim (MEASURED_TILES)")
+
+    def refuses(self, spec: AttentionSpec, arch: Arch) -> str | None:
+        return supports(spec, arch)
+
+    def auto_pipelines(self, spec: AttentionSpec) -> list[PipelineKind]:
+        """The measured pipeline for the head dim (MEASURED_TILES), else ping-pong; then the other."""
+        first = auto_pipeline(spec)
+        return [first, *(k for k in self.pipelines if k is not first)]
+
+    def auto_note(self, spec: AttentionSpec, kind: PipelineKind) -> str:
+        if kind is not auto_pipeline(spec):
+            return f"{kind.value}, the one of its pipelines whose search space holds the tiles"
+        if spec.head_dim in MEASURED_TILES:
+            return f"{kind.value}, the measured pipeline of hd{spec.head_dim} (sm90_fwd.MEASURED_TILES)"
+        return f"{kind.value}, its default where no measurement names one"
+
+    # ---- planning ------------------------------------------------------------------------------
+    def enumerate_tilings(self, spec: AttentionSpec, kind: PipelineKind) -> list[Tiling]:
+        return enumerate_tilings(spec, kind is PipelineKind.pingpong)
+
+    def evaluate(self, spec: AttentionSpec, info: ArchInfo, tiling: Tiling, kind: PipelineKind) -> Candidate:
+        return evaluate(spec, info, tiling, kind is PipelineKind.pingpong)
+
+    def rank_key(self, spec: AttentionSpec, c: Candidate) -> tuple[Any, ...]:
+        """The measured tile table first, then the lowest predicted time, fewer bytes, fewer registers."""
+        return (measured_preference(spec, c.tiling), predicted(c), c.smem_bytes, c.regs_estimate)
+
+    def choice_reason(self, spec: AttentionSpec, kind: PipelineKind, best: Candidate,
+                      fitting: list[Candidate]) -> str:
+        """The measured tile table, or the lowest predicted time; where the table overrode the cost
+        model, the model's own pick and both predictions."""
+        if spec.head_dim not in MEASURED_TILES or self.rank_key(spec, best)[0] != 0:
+            return lowest_reason(best, fitting)
+        assert best.cost is not None
+        cost = best.cost
+        table = (f"the measured tiles of hd{spec.head_dim} (sm90_fwd.MEASURED_TILES: "
+                 f"{describe_tiling(best.tiling)}; an H100 sweep measured them fastest)")
+        model_pick = min(fitting, key=lambda c: (predicted(c), c.smem_bytes, c.regs_estimate))
+        if predicted(model_pick) < cost.predicted_us:
+            return (f"{table}, chosen over the cost model's pick [{describe_tiling(model_pick.tiling)}] "
+                    f"({predicted(model_pick)} us predicted; this one {cost.predicted_us} us at seqlen "
+                    f"{cost.ref_seqlen}: {cost_terms(best)})")
+        return f"{table}, also the {lowest_reason(best, fitting)}"
+
+    def assemble(self, spec: AttentionSpec, arch: Arch, kind: PipelineKind, best: Candidate, reason: str,
+                 candidates: tuple[Candidate, ...]) -> KernelPlan:
+        assert best.cost is not None
+        t = best.tiling
+        split = roles(arch_info(arch), t.consumer_warpgroups, kind is PipelineKind.pingpong, t.intra_wg_overlap)
+        return KernelPlan(spec=spec, arch=arch, family=self.name, pipeline=kind,
+                          kernel_name=kernel_name(spec, arch, kind), tiling=t, threads=t.num_warps * 32,
+                          smem_bytes=best.smem_bytes, smem=smem_layout(spec, t), regs_estimate=best.regs_estimate,
+                          min_blocks_per_sm=1, cost=best.cost, reason=reason, candidates=candidates, roles=split)
+
+    def owns(self, tiling: Tiling) -> bool:
+        return tiling.consumer_warpgroups > 0
+
+    def describe(self, tiling: Tiling) -> str:
+        return describe_tiling(tiling)
+
+    def column_value(self, tiling: Tiling) -> bool:
+        return tiling.intra_wg_overlap
+
+    def explain_lines(self, plan: KernelPlan) -> list[str]:
+        r = plan.roles
+        assert r is not None
+        return [f"warp roles: 1 producer warpgroup (TMA, setmaxnreg {r.producer_regs}), {r.consumer_warpgroups} "
+                f"consumer warpgroups (wgmma, setmaxnreg {r.consumer_regs}); ping-pong {'on' if r.pingpong else 'off'}"
+                f"; 'regs est' is per consumer thread"]
+
+    # ---- render and launch ---------------------------------------------------------------------
+    def plan_line(self, plan: KernelPlan) -> str:
+        t, r = plan.tiling, plan.roles
+        assert r is not None
+        return (f"{plan.pipeline.value} block_m={t.block_m} block_n={t.block_n} warps={t.num_warps} "
+                f"consumer_warpgroups={r.consumer_warpgroups} stages={t.stages} overlap={r.intra_wg_overlap} "
+                f"regs={r.producer_regs}/{r.consumer_regs} smem={plan.smem_bytes}B")
+
+    def context(self, plan: KernelPlan) -> dict[str, object]:
+        from ..codegen.renderer import common_context
+
+        qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim)
+        return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
+                "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv), "params": HOPPER_FWD_PARAMS,
+                "params_layout": layout(HOPPER_FWD_PARAMS)}
+
+    def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
+               softmax_scale: float) -> None:
+        from ..runtime import tma
+        from ..runtime.driver import launch
+        from ..runtime.kernel import forward_params
+
+        # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
+        q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
+        params = forward_params(HOPPER_FWD_PARAMS, q, k, v, out, lse, softmax_scale)
+        for field, t, rows in (("tma_q", q, plan.block_m), ("tma_k", k, plan.block_n), ("tma_v", v, plan.block_n)):
+            tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
+        launch(fn, (-(-q.shape[1] // plan.block_m), q.shape[2], q.shape[0]), plan.threads, stream, params)

@@ -1,0 +1,126 @@
+"""The kernel families: one registry that the planner, the renderer and the launcher loop over; each
+family says what it serves (or why not), and `auto`'s preference is the families' data and order."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from attngen import families
+from attngen.errors import PlanError
+from attngen.families import Direction
+from attngen.families.sm90_fwd import MEASURED_TILES
+from attngen.planning.planner import ForwardFamily, choose, considered, forward_families, plan, plan_with
+from attngen.spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind, Tiles
+
+PACKAGE = Path(__file__).resolve().parent.parent / "attngen"
+
+
+def test_forward_families_are_registered_fastest_path_first() -> None:
+    names = [f.name for f in forward_families()]
+    assert names == ["sm90_fwd", "sm80_fwd"]
+    for family in forward_families():
+        assert isinstance(family, ForwardFamily) and family.direction is Direction.forward
+        assert families.get(family.name) is family
+        cover = family.coverage()
+        assert set(cover.pipelines) == {k.value for k in family.pipelines}
+        assert cover.archs and cover.head_dims and cover.dtypes and cover.masks
+    assert families.get("sm80_fwd").path == "mma.sync + cp.async"
+    assert families.get("sm90_fwd").coverage().archs == ("sm90",)
+    with pytest.raises(KeyError, match="no kernel family 'sm70_fwd'"):
+        families.get("sm70_fwd")
+
+
+@pytest.mark.parametrize("arch", list(Arch), ids=[a.value for a in Arch])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_serving_matches_coverage_and_auto_takes_the_first(arch: Arch, head_dim: int) -> None:
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16")
+    serving, refused = families.serving(spec, arch, Direction.forward)
+    for family in forward_families():
+        cover = family.coverage()
+        covered = arch.value in cover.archs and head_dim in cover.head_dims
+        assert (family in serving) == covered, (family.name, refused.get(family.name))
+    assert serving[-1].name == "sm80_fwd"  # the multistage kernel serves every spec on every arch
+    p = plan(spec, arch)
+    assert p.family == serving[0].name and p.summary()["family"] == p.family
+    hopper = arch is Arch.sm90 and head_dim % 64 == 0
+    assert p.family == ("sm90_fwd" if hopper else "sm80_fwd")
+    if hopper:  # the family's measured table picks its pipeline
+        want = MEASURED_TILES.get(head_dim)
+        assert p.pipeline is (want.pipeline if want else PipelineKind.pingpong)
+
+
+def test_a_named_pipeline_goes_to_its_family_or_is_refused_with_its_reason() -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16", pipeline="multistage")
+    choice = choose(spec, Arch.sm90)
+    assert (choice.family.name, choice.pipeline) == ("sm80_fwd", PipelineKind.multistage)
+    assert choice.others["sm90_fwd"] == ("the spec names pipeline 'multistage'; sm90_fwd runs warp_specialized "
+                                         "or pingpong")
+    assert plan(spec, Arch.sm90).family == "sm80_fwd"
+    with pytest.raises(PlanError) as caught:
+        plan(AttentionSpec(head_dim=128, dtype="bf16", pipeline="pingpong"), Arch.sm100)
+    assert str(caught.value) == ("spec 'none_bf16_hd128' asks for pipeline 'pingpong', but sm100 has no wgmma (the "
+                                 "Hopper pipelines need sm_90a). Remedy: use pipeline 'auto' or 'multistage' for this "
+                                 "spec or arch")
+
+
+def test_auto_with_tiles_only_multistage_tries_takes_multistage_on_sm90() -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16", tiles={"block_n": 32})
+    choice = choose(spec, Arch.sm90)
+    assert choice.family.name == "sm80_fwd" and "tries its tiles {block_n: 32}" in choice.why
+    assert choice.others["sm90_fwd"] == "its pipelines never try tiles {block_n: 32}"
+    assert plan(spec, Arch.sm90).block_n == 32
+    # block_m 192: warp_specialized's space only, chosen over hd128's measured ping-pong.
+    wide = choose(AttentionSpec(head_dim=128, dtype="bf16", tiles={"block_m": 192}), Arch.sm90)
+    assert (wide.family.name, wide.pipeline) == ("sm90_fwd", PipelineKind.warp_specialized)
+    assert "whose search space holds the tiles" in wide.why
+
+
+def test_considered_names_every_forward_family_and_why() -> None:
+    p = plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm90)
+    verdicts = dict(considered(p))
+    assert list(verdicts) == ["sm90_fwd", "sm80_fwd"]
+    assert verdicts["sm90_fwd"].startswith("chosen (TMA + wgmma, warp-specialized / ping-pong): pipeline auto: ")
+    assert "the measured pipeline of hd128 (sm90_fwd.MEASURED_TILES)" in verdicts["sm90_fwd"]
+    assert verdicts["sm80_fwd"].startswith("serves the spec, but sm90_fwd comes before it in FAMILIES' order; "
+                                           "its own pick [block_m ")
+    assert f"sm90_fwd's plan {p.cost.predicted_us} us" in verdicts["sm80_fwd"]
+    other = dict(considered(plan(AttentionSpec(head_dim=96, dtype="bf16"), Arch.sm90)))
+    assert other["sm90_fwd"] == ("head_dim 96 is not a multiple of 64: the 128-byte swizzled TMA boxes hold 64 "
+                                 "columns each")
+    assert other["sm80_fwd"].startswith("chosen (mma.sync + cp.async)")
+
+
+def test_plan_with_checks_the_tiling_belongs_to_the_family() -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16")
+    free = plan(spec, Arch.sm90)
+    again = plan_with(spec, Arch.sm90, free.tiling)
+    assert (again.family, again.tiling, again.reason) == ("sm90_fwd", free.tiling, "tiling given explicitly")
+    multistage = plan(spec, Arch.sm80).tiling
+    assert plan_with(spec, Arch.sm90, multistage, pipeline=PipelineKind.multistage).family == "sm80_fwd"
+    with pytest.raises(PlanError, match="is not a pingpong tiling"):
+        plan_with(spec, Arch.sm90, multistage)
+
+
+def test_tile_overrides_still_steer_the_plan_inside_a_family() -> None:
+    spec = AttentionSpec(head_dim=256, dtype="bf16", tiles=Tiles(block_n=64))
+    p = plan(spec, Arch.sm90)
+    assert p.family == "sm90_fwd" and p.block_n == 64
+
+
+GENERIC = ["planning/planner.py", "codegen/renderer.py", "runtime/kernel.py", "cli.py", "toolchain/builder.py",
+           "catalogue.py"]
+
+
+@pytest.mark.parametrize("path", GENERIC)
+def test_generic_code_never_asks_which_forward_family_it_holds(path: str) -> None:
+    """No pipeline tests, no Hopper module and no warpgroup arithmetic outside the families."""
+    source = (PACKAGE / path).read_text()
+    for word in ("is_hopper", "planner_hopper", "consumer_warpgroups", "AUTO_PREFERS_HOPPER", "sm90_fwd import",
+                 "sm80_fwd import", "HOPPER_FWD_PARAMS", "attn_fwd_hopper"):
+        assert word not in source, f"{path} mentions {word}"
+    tree = ast.parse(source)
+    compared = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Compare)]
+    assert not [c for c in compared if "roles" in c], compared
