@@ -4,12 +4,13 @@
 // kernel attn_fwd_none_hd256_fp16_sm90_pingpong
 
 namespace attngen {
-typedef unsigned short elem_t;  // 16-bit storage of fp16
+typedef unsigned short elem_t;  // storage of fp16
+constexpr int kElemBytes = sizeof(elem_t);
 
 // ---- Values the planner computed -------------------------------------------------------------
 constexpr int kHeadDim = 256;
-constexpr int kDChunks = kHeadDim / 8;          // 16-byte chunks per row
-constexpr int kDChunks64 = kHeadDim / 64;       // 128-byte TMA boxes per row
+constexpr int kDChunks = kHeadDim * kElemBytes / 16;  // 16-byte chunks per row
+constexpr int kDChunks64 = kHeadDim * kElemBytes / 128;  // 128-byte TMA boxes per row
 constexpr int kBlockM = 128;
 constexpr int kBlockN = 80;
 constexpr int kConsumerWGs = 2;
@@ -32,7 +33,7 @@ constexpr int kSmemBar = 229376;
 static_assert(kBlockM == 64 * kConsumerWGs, "one 64-row wgmma tile per consumer warpgroup");
 static_assert(kHeadDim % 64 == 0, "TMA boxes of 128 bytes: head_dim must be a multiple of 64");
 static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block_n: k-steps of 16, wgmma N <= 256");
-static_assert(kQTileBytes == kBlockM * kHeadDim * 2 && kKVTileBytes == kBlockN * kHeadDim * 2, "tile bytes");
+static_assert(kQTileBytes == kBlockM * kHeadDim * kElemBytes && kKVTileBytes == kBlockN * kHeadDim * kElemBytes, "tile bytes");
 static_assert(kSmemK % 1024 == 0 && kKVTileBytes % 1024 == 0 && kSmemBar >= kSmemV + kStages * kKVTileBytes,
               "128-byte swizzled tiles sit on 1024-byte boundaries, barriers after them");
 static_assert(!kPingpong || kConsumerWGs == 2, "ping-pong alternates two consumer warpgroups");
@@ -274,7 +275,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_tb(float (&d)[32][4], const 
 }  // namespace attngen
 
 // ---- Swizzled shared-memory tiles ---------------------------------------------------------------
-// A tile of ROWS x kHeadDim 16-bit elements is stored as column groups of kSwizzleChunks 16-byte
+// A tile of ROWS x kHeadDim elements is stored as column groups of kSwizzleChunks 16-byte
 // chunks. Inside a group the chunk index is XORed with row bits, so the eight row addresses of an
 // ldmatrix phase, and the chunk stores of cp.async, fall in eight different 16-byte bank groups.
 //   kSwizzleChunks 8: rows of 128 bytes, chunk ^ (row % 8)
@@ -287,7 +288,7 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
   const int group = chunk / W;
   const int col = chunk % W;
   const int flip = (W == 8) ? (row & 7) : ((row >> 1) & 3);
-  return ((group * ROWS + row) * W + (col ^ flip)) * 8;  // in elements
+  return ((group * ROWS + row) * W + (col ^ flip)) * (16 / kElemBytes);  // in elements
 }
 
 // ldmatrix addressing with the swizzle split in two. A lane reads row R + lane_row and chunk
@@ -327,13 +328,13 @@ __device__ __forceinline__ void load_tile(elem_t* tile, const elem_t* base, i64 
     constexpr int kRowStep = THREADS / kDChunks;
     const int chunk = threadIdx.x % kDChunks;
     int row = threadIdx.x / kDChunks;
-    const elem_t* src = base + (i64)(row0 + row) * row_stride + chunk * 8;
+    const elem_t* src = base + (i64)(row0 + row) * row_stride + chunk * (16 / kElemBytes);
     const i64 step = (i64)kRowStep * row_stride;
 #pragma unroll
     for (int it = 0; it < (ROWS + kRowStep - 1) / kRowStep; ++it, row += kRowStep, src += step) {
       if (ROWS % kRowStep != 0 && row >= ROWS) break;
       const bool valid = row0 + row < limit;
-      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * 2, valid ? src : base, valid ? 16 : 0);
+      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * kElemBytes, valid ? src : base, valid ? 16 : 0);
     }
   } else {
 #pragma unroll
@@ -343,8 +344,8 @@ __device__ __forceinline__ void load_tile(elem_t* tile, const elem_t* base, i64 
       const int row = i / kDChunks;
       const int chunk = i % kDChunks;
       const bool valid = row0 + row < limit;
-      const elem_t* src = valid ? base + (i64)(row0 + row) * row_stride + chunk * 8 : base;
-      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * 2, src, valid ? 16 : 0);
+      const elem_t* src = valid ? base + (i64)(row0 + row) * row_stride + chunk * (16 / kElemBytes) : base;
+      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * kElemBytes, src, valid ? 16 : 0);
     }
   }
 }
@@ -633,7 +634,7 @@ __device__ __forceinline__ void write_output(Frag& f, const Params& p, elem_t* q
     const int chunk = i % kDChunks;
     if (row < row_limit) {
       const Chunk c = *reinterpret_cast<const Chunk*>(q_tile + swizzled<kBlockM>(row, chunk));
-      *reinterpret_cast<Chunk*>(o_base + (i64)row * p.o_row_stride + chunk * 8) = c;
+      *reinterpret_cast<Chunk*>(o_base + (i64)row * p.o_row_stride + chunk * (16 / kElemBytes)) = c;
     }
   }
 }

@@ -4,11 +4,12 @@
 // kernel attn_fwd_window_256_0_hd128_bf16_sm100_multistage
 
 namespace attngen {
-typedef unsigned short elem_t;  // 16-bit storage of bf16
+typedef unsigned short elem_t;  // storage of bf16
+constexpr int kElemBytes = sizeof(elem_t);
 
 // ---- Values the planner computed -------------------------------------------------------------
 constexpr int kHeadDim = 128;
-constexpr int kDChunks = kHeadDim / 8;          // 16-byte chunks per row
+constexpr int kDChunks = kHeadDim * kElemBytes / 16;  // 16-byte chunks per row
 constexpr int kBlockM = 128;
 constexpr int kBlockN = 128;
 constexpr int kWarps = 8;
@@ -100,7 +101,7 @@ struct alignas(16) Chunk { u32 x, y, z, w; };
 }  // namespace attngen
 
 // ---- Swizzled shared-memory tiles ---------------------------------------------------------------
-// A tile of ROWS x kHeadDim 16-bit elements is stored as column groups of kSwizzleChunks 16-byte
+// A tile of ROWS x kHeadDim elements is stored as column groups of kSwizzleChunks 16-byte
 // chunks. Inside a group the chunk index is XORed with row bits, so the eight row addresses of an
 // ldmatrix phase, and the chunk stores of cp.async, fall in eight different 16-byte bank groups.
 //   kSwizzleChunks 8: rows of 128 bytes, chunk ^ (row % 8)
@@ -113,7 +114,7 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
   const int group = chunk / W;
   const int col = chunk % W;
   const int flip = (W == 8) ? (row & 7) : ((row >> 1) & 3);
-  return ((group * ROWS + row) * W + (col ^ flip)) * 8;  // in elements
+  return ((group * ROWS + row) * W + (col ^ flip)) * (16 / kElemBytes);  // in elements
 }
 
 // ldmatrix addressing with the swizzle split in two. A lane reads row R + lane_row and chunk
@@ -153,13 +154,13 @@ __device__ __forceinline__ void load_tile(elem_t* tile, const elem_t* base, i64 
     constexpr int kRowStep = THREADS / kDChunks;
     const int chunk = threadIdx.x % kDChunks;
     int row = threadIdx.x / kDChunks;
-    const elem_t* src = base + (i64)(row0 + row) * row_stride + chunk * 8;
+    const elem_t* src = base + (i64)(row0 + row) * row_stride + chunk * (16 / kElemBytes);
     const i64 step = (i64)kRowStep * row_stride;
 #pragma unroll
     for (int it = 0; it < (ROWS + kRowStep - 1) / kRowStep; ++it, row += kRowStep, src += step) {
       if (ROWS % kRowStep != 0 && row >= ROWS) break;
       const bool valid = row0 + row < limit;
-      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * 2, valid ? src : base, valid ? 16 : 0);
+      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * kElemBytes, valid ? src : base, valid ? 16 : 0);
     }
   } else {
 #pragma unroll
@@ -169,8 +170,8 @@ __device__ __forceinline__ void load_tile(elem_t* tile, const elem_t* base, i64 
       const int row = i / kDChunks;
       const int chunk = i % kDChunks;
       const bool valid = row0 + row < limit;
-      const elem_t* src = valid ? base + (i64)(row0 + row) * row_stride + chunk * 8 : base;
-      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * 2, src, valid ? 16 : 0);
+      const elem_t* src = valid ? base + (i64)(row0 + row) * row_stride + chunk * (16 / kElemBytes) : base;
+      cp_async_16(tile_addr + swizzled<ROWS>(row, chunk) * kElemBytes, src, valid ? 16 : 0);
     }
   }
 }
@@ -451,7 +452,7 @@ __device__ __forceinline__ void write_output(Frag& f, const Params& p, elem_t* q
     const int chunk = i % kDChunks;
     if (row < row_limit) {
       const Chunk c = *reinterpret_cast<const Chunk*>(q_tile + swizzled<kBlockM>(row, chunk));
-      *reinterpret_cast<Chunk*>(o_base + (i64)row * p.o_row_stride + chunk * 8) = c;
+      *reinterpret_cast<Chunk*>(o_base + (i64)row * p.o_row_stride + chunk * (16 / kElemBytes)) = c;
     }
   }
 }
