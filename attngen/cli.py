@@ -310,14 +310,17 @@ def explain(
 
 
 def _backward_summary(spec: AttentionSpec, arch: Arch) -> dict[str, object]:
-    """The backward kernels' plan, or why the arch's budget cannot hold them."""
+    """The backward plan (its family's), every backward family with why it was or was not chosen, and
+    the family's lines about its kernels; or why the arch's budget cannot hold the backward."""
     from .errors import PlanError
-    from .planning.planner_bwd import plan_bwd
+    from .planning.planner_bwd import backward_family, considered_bwd, plan_bwd
 
     try:
-        return plan_bwd(spec, arch).summary()
+        bwd = plan_bwd(spec, arch)
     except PlanError as exc:
         return {"unavailable": str(exc)}
+    return {**bwd.summary(), "families": dict(considered_bwd(spec, arch)),
+            "kernels": backward_family(bwd.family).explain_lines(bwd)}
 
 
 def _print_backward(backward: dict[str, object]) -> None:
@@ -327,19 +330,13 @@ def _print_backward(backward: dict[str, object]) -> None:
     if "unavailable" in backward:
         console.print(f"backward: [dim]{escape(str(backward['unavailable']))}[/]", soft_wrap=True)
         return
-    a, b, h = backward["dkdv"], backward["dq"], backward.get("hopper")
-    assert isinstance(a, dict) and isinstance(b, dict)
-    if isinstance(h, dict):
-        console.print(f"backward (default): wgmma dK/dV {h['block_n']} KV rows ({h['block_n'] // 64} consumer "
-                      f"warpgroups, setmaxnreg "
-                      f"{h['producer_regs']}/{h['consumer_regs']}) x {h['block_m']} query rows per step, "
-                      f"{h['stages']} stages, {h['smem_bytes']} B, ~{h['regs_estimate']} registers; dQ by TMA bulk "
-                      f"reductions; deterministic specs use the kernels below")
-    console.print(f"backward: dK/dV {a['block_n']} KV rows x {a['block_m']} query rows per step, {a['num_warps']} "
-                  f"warps, head-dim slice {a['d_chunk']}, {a['smem_bytes']} B, ~{a['regs_estimate']} registers; "
-                  f"dQ {b['block_m']} x {b['block_n']}, {b['num_warps']} warps, head-dim slice {b['d_chunk']}, "
-                  f"{b['smem_bytes']} B, "
-                  f"~{b['regs_estimate']} registers")
+    console.print(f"backward: family {backward['family']}", soft_wrap=True)
+    families, lines = backward["families"], backward["kernels"]
+    assert isinstance(families, dict) and isinstance(lines, list)
+    for name, why in families.items():
+        console.print(f"backward family {name}: {escape(str(why))}", soft_wrap=True)
+    for line in lines:
+        console.print(f"backward: {escape(str(line))}", soft_wrap=True)
     console.print(f"backward reason: {escape(str(backward['reason']))}", soft_wrap=True)
 
 

@@ -14,19 +14,21 @@ import torch
 import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import attngen.planning.planner_bwd as pb
+import attngen.families.sm80_bwd as sm80_bwd
 from attngen.codegen.renderer import render_bwd
+from attngen.planning.archs import arch_info
 from attngen.runtime.kernel import AttentionKernel, current_arch
 from attngen.spec.model import AttentionSpec
 from attngen.toolchain.cache import compile_cached
 
 
 def variants(spec: AttentionSpec, arch, limit: int):  # type: ignore[no-untyped-def]
-    """Plans for the cheapest `limit` dK/dV tilings, each with the planner's dQ tiling."""
-    base = pb.plan_bwd(spec, arch)
-    info = pb.arch_info(arch)
-    tiles = sorted(pb._dkdv_candidates(spec, info, [], False), key=lambda t: pb._dkdv_cost(spec, info, t, False))
-    dqs = sorted(pb._dq_candidates(spec, info, []), key=lambda t: pb._dq_cost(spec, info, t))
+    """sm80_bwd plans for the cheapest `limit` dK/dV tilings, each with the planner's dQ tiling."""
+    info = arch_info(arch)
+    base = sm80_bwd.Sm80Backward().plan(spec, info)
+    tiles = sorted(sm80_bwd.dkdv_candidates(spec, info, [], False),
+                   key=lambda t: sm80_bwd.dkdv_cost(spec, info, t, False))
+    dqs = sorted(sm80_bwd.dq_candidates(spec, info, []), key=lambda t: sm80_bwd.dq_cost(spec, info, t))
     out = [base.model_copy(update={"dkdv": t}) for t in tiles[:limit]]
     out += [base.model_copy(update={"dq": t}) for t in dqs[1:limit]]
     return out

@@ -172,7 +172,8 @@ def test_artifacts_carry_the_backward_kernels(tmp_path: Path) -> None:
     names = [k["name"] for k in data["kernels"]]
     assert names[0] == cubin.source.plan.kernel_name
     assert sorted(n for n in names if "bwd" in n) == sorted(bwd.source.plan.entry_names)
-    assert data["backward_plan"]["dkdv"]["block_n"] > 0
+    # hd64 on sm90: the sm90_bwd family's plan (its own cubin: preprocess and the wgmma dK/dV kernel)
+    assert data["backward_plan"]["family"] == "sm90_bwd" and data["backward_plan"]["dkdv_wgmma"]["block_n"] > 0
     assert (target / "kernel_bwd.cu").is_file() and (target / f"{bwd.source.plan.kernel_name}.cubin").is_file()
     unavailable = B.manifest(cubin, bwd="the budget cannot hold it")
     assert unavailable["backward"].startswith("not available") and len(unavailable["kernels"]) == 1

@@ -1,4 +1,4 @@
-"""The backward planner: budgets of the dK/dV and dQ kernels, the atomic choice, rejections."""
+"""The backward planner: the family chosen, budgets of the dK/dV and dQ kernels, the atomic option, rejections."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import pytest
 
 from attngen.catalogue import load_catalogue
 from attngen.errors import PlanError
+from attngen.families.sm80_bwd import Sm80Backward, atomic_dq_cols, dkdv_registers, dkdv_smem, dq_smem
 from attngen.planning.archs import arch_info
-from attngen.planning.planner_bwd import atomic_dq_cols, dkdv_registers, dkdv_smem, dq_smem, plan_bwd
+from attngen.planning.ir import BwdPlan, HopperBwdPlan
+from attngen.planning.planner_bwd import plan_bwd
 from attngen.spec.model import Arch, AttentionSpec
 
 ARCHS = (Arch.sm80, Arch.sm86, Arch.sm90, Arch.sm100)
@@ -22,26 +24,33 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
         except PlanError as exc:
             assert arch is Arch.sm86 and "fits" in str(exc), str(exc)
             continue
+        hopper = arch is Arch.sm90 and spec.head_dim in (64, 128) and not spec.deterministic
+        assert p.family == ("sm90_bwd" if hopper else "sm80_bwd") and p.summary()["family"] == p.family
+        assert all("bwd" in name for name in p.entry_names)
+        if isinstance(p, HopperBwdPlan):
+            assert p.entry_names == (f"{p.kernel_name}_preprocess", f"{p.kernel_name}_dkdv_wgmma")
+            assert p.dkdv_wgmma.smem_bytes <= info.smem_per_block
+            continue
+        assert isinstance(p, BwdPlan) and len(p.entry_names) == 3
         a, b = p.dkdv, p.dq
         assert a.smem_bytes == dkdv_smem(spec, a.block_n, a.block_m, a.stages, p.dq_atomic) <= info.smem_per_block
         assert b.smem_bytes == dq_smem(spec, b.block_m, b.block_n, b.stages) <= info.smem_per_block
         assert a.regs_estimate <= 255 and b.regs_estimate <= 255
         assert spec.head_dim % a.d_chunk == 0 and spec.head_dim % b.d_chunk == 0
-        assert all("bwd" in name for name in p.entry_names)
-        assert len(p.entry_names) == (4 if p.hopper else 3)
-        assert (p.hopper is not None) == (arch is Arch.sm90 and spec.head_dim in (64, 128) and not spec.deterministic)
 
 
-def test_deterministic_specs_never_use_atomics(monkeypatch: pytest.MonkeyPatch) -> None:
-    import attngen.planning.planner_bwd as pb
+def _mma(spec: AttentionSpec, arch: str, atomic_dq: bool = False) -> BwdPlan:
+    """The sm80_bwd family's own plan (whichever family plan_bwd would pick)."""
+    return Sm80Backward().plan(spec, arch_info(Arch(arch)), atomic_dq=atomic_dq)
 
+
+def test_deterministic_specs_never_use_atomics() -> None:
     base = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
-    assert not plan_bwd(base, "sm90").dq_atomic  # atomic dQ is off by default (measured slower)
-    monkeypatch.setattr(pb, "USE_ATOMIC_DQ", True)
-    assert plan_bwd(base, "sm90").dq_atomic
+    assert not _mma(base, "sm90").dq_atomic  # atomic dQ is an option, off by default (measured slower)
+    assert _mma(base, "sm90", atomic_dq=True).dq_atomic
     det = base.model_copy(update={"deterministic": True})
-    assert not plan_bwd(det, "sm90").dq_atomic
-    assert "atomic-free" in plan_bwd(det, "sm90").reason
+    assert not _mma(det, "sm90", atomic_dq=True).dq_atomic
+    assert not plan_bwd(det, "sm90").dq_atomic and "atomic-free" in plan_bwd(det, "sm90").reason
 
 
 def test_atomic_dq_tiling_and_registers() -> None:
@@ -52,38 +61,36 @@ def test_atomic_dq_tiling_and_registers() -> None:
     assert dkdv_registers(32, 128, info, 32) == dkdv_registers(32, 128, info) + 16 + 8
 
 
-def test_hd256_backward_on_small_smem_falls_back_or_explains(monkeypatch: pytest.MonkeyPatch) -> None:
-    import attngen.planning.planner_bwd as pb
-
-    monkeypatch.setattr(pb, "USE_ATOMIC_DQ", True)
+def test_hd256_backward_on_small_smem_falls_back_or_explains() -> None:
     spec = AttentionSpec(head_dim=256, dtype="bf16")
-    p = plan_bwd(spec, "sm86")  # fits only without the dS^T tile: the atomic-free kernels
+    p = _mma(spec, "sm86", atomic_dq=True)  # fits only without the dS^T tile: the atomic-free kernels
     assert not p.dq_atomic and p.dkdv.smem_bytes <= 101376
     assert any("shared memory" in r for r in p.rejected)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_atomic_dq_variant_compiles_without_spills(head_dim: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The atomic dQ path stays buildable while it is off by default."""
-    import attngen.planning.planner_bwd as pb
+def test_atomic_dq_variant_compiles_without_spills(head_dim: int) -> None:
+    """The atomic dQ option stays buildable while it is off by default."""
     from attngen.codegen.renderer import render_bwd
     from attngen.toolchain.compiler import compile_source
 
-    monkeypatch.setattr(pb, "USE_ATOMIC_DQ", True)
-    p = plan_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal"), "sm90")
+    p = _mma(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal"), "sm90", atomic_dq=True)
     assert p.dq_atomic
     cubin = compile_source(render_bwd(p))
     assert all((r.spill_stores, r.spill_loads) == (0, 0) for r in cubin.resources), cubin.resources
 
 
 def test_hopper_backward_serves_sm90_hd128_unless_deterministic() -> None:
-    from attngen.planning.planner_bwd import plan_bwd
+    from attngen.planning.planner_bwd import considered_bwd
 
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     p = plan_bwd(spec, "sm90")
-    assert p.hopper is not None and p.entry_names[-1].endswith("_dkdv_wgmma")
-    assert p.hopper.smem_bytes <= 232448 and p.hopper.regs_estimate <= p.hopper.consumer_regs
-    assert p.hopper.block_n == 128 and p.hopper.threads == 384 and "wgmma" in p.reason
-    assert plan_bwd(spec.model_copy(update={"deterministic": True}), "sm90").hopper is None
-    assert plan_bwd(spec, "sm80").hopper is None and plan_bwd(spec, "sm100").hopper is None
-    assert "head_dim 256" in plan_bwd(spec.model_copy(update={"head_dim": 256}), "sm90").reason
+    assert isinstance(p, HopperBwdPlan) and p.entry_names[-1].endswith("_dkdv_wgmma")
+    h = p.dkdv_wgmma
+    assert h.smem_bytes <= 232448 and h.regs_estimate <= h.consumer_regs
+    assert h.block_n == 128 and h.threads == 384 and "wgmma" in p.reason
+    assert plan_bwd(spec.model_copy(update={"deterministic": True}), "sm90").family == "sm80_bwd"
+    assert plan_bwd(spec, "sm80").family == "sm80_bwd" and plan_bwd(spec, "sm100").family == "sm80_bwd"
+    why = dict(considered_bwd(spec.model_copy(update={"head_dim": 256}), "sm90"))
+    assert "head_dim 256" in why["sm90_bwd"] and why["sm80_bwd"].startswith("chosen")
+    assert "comes before it" in dict(considered_bwd(spec, "sm90"))["sm80_bwd"]

@@ -11,14 +11,9 @@ import jinja2
 from .. import __version__
 from ..features.mask import mask_trait
 from ..paths import templates_dir
-from ..planning.ir import BwdPlan, KernelPlan
-from ..toolchain.artifacts import KernelSource
-from .abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout
+from ..planning.ir import KernelPlan
+from ..toolchain.artifacts import KernelSource, Plan
 from .cxx import DTYPE_TAGS
-from .wgmma import backward_ops
-
-HOPPER_BWD_TEMPLATE = "attn_bwd_hopper.cu.j2"
-BWD_TEMPLATE = "attn_bwd.cu.j2"
 
 
 @lru_cache(maxsize=1)
@@ -38,7 +33,7 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def _spec_line(plan: KernelPlan | BwdPlan) -> str:
+def _spec_line(plan: Plan) -> str:
     s = plan.spec
     window = f" window={list(s.window)}" if s.window else ""
     return f"head_dim={s.head_dim} dtype={s.dtype.value} mask={s.mask.value}{window}"
@@ -50,7 +45,7 @@ def _plan_line(plan: KernelPlan) -> str:
     return forward_family(plan.family).plan_line(plan)
 
 
-def common_context(plan: KernelPlan | BwdPlan, plan_line: str) -> dict[str, object]:
+def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
     """The values every template reads: the stamp, the spec, the arch and the kernel name."""
     spec = plan.spec
     return {
@@ -91,38 +86,16 @@ def render(plan: KernelPlan) -> KernelSource:
     return forward_family(plan.family).render(plan)
 
 
-def _bwd_plan_line(plan: BwdPlan) -> str:
-    a, b = plan.dkdv, plan.dq
-    return (f"dkdv {a.block_n}x{a.block_m} warps={a.num_warps} d_chunk={a.d_chunk} smem={a.smem_bytes}B; "
-            f"dq {b.block_m}x{b.block_n} warps={b.num_warps} d_chunk={b.d_chunk} smem={b.smem_bytes}B")
+def render_bwd_source(plan: Plan, template: str, values: Mapping[str, object],
+                      entry_names: tuple[str, ...]) -> KernelSource:
+    """`template` rendered with `values`: the KernelSource of a backward family's plan (one source, one
+    cubin, every entry point the family launches)."""
+    code = _environment().get_template(template).render(**values)
+    return KernelSource(plan=plan, code=code, entry_names=entry_names, spec_hash=plan.spec.spec_hash())
 
 
-def bwd_context(plan: BwdPlan) -> dict[str, object]:
-    """Every value the backward template reads."""
-    from ..planning.planner import swizzle_chunks
+def render_bwd(plan: Plan) -> KernelSource:
+    """The backward kernels of one spec and arch, in one source, from the template of the plan's family."""
+    from ..planning.planner_bwd import backward_family
 
-    return {**_common_context(plan, _bwd_plan_line(plan)), "bwd": plan, "params": BWD_PARAMS,
-            "params_layout": layout(BWD_PARAMS),
-            "swizzle_chunks": swizzle_chunks(plan.spec.head_dim)}
-
-
-def hopper_bwd_context(plan: BwdPlan) -> dict[str, object]:
-    """Every value the Hopper dK/dV template reads."""
-    hb = plan.hopper
-    assert hb is not None
-    t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols)
-    line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
-            f"regs {hb.producer_regs}/{hb.consumer_regs}, dQ 64 queries x {hb.dq_cols} columns per warpgroup")
-    return {**_common_context(plan, line), "hb": hb, "t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op,
-            "dq_op": dq_op, "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op), "params": HOPPER_BWD_PARAMS,
-            "params_layout": layout(HOPPER_BWD_PARAMS)}
-
-
-def render_bwd(plan: BwdPlan) -> KernelSource:
-    """The backward kernels (preprocess, dK/dV, dQ, and on sm90 the wgmma dK/dV) of one spec and
-    arch, in one source."""
-    code = _environment().get_template(BWD_TEMPLATE).render(**bwd_context(plan))
-    if plan.hopper is not None:
-        code += "\n" + _environment().get_template(HOPPER_BWD_TEMPLATE).render(**hopper_bwd_context(plan))
-    return KernelSource(plan=plan, code=code, entry_names=plan.entry_names,  # type: ignore[arg-type]
-                        spec_hash=plan.spec.spec_hash())
+    return backward_family(plan.family).render(plan)

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 FAMILIES: tuple[tuple[str, str], ...] = (
     ("sm90_fwd", "Sm90Forward"),
     ("sm80_fwd", "Sm80Forward"),
+    ("sm90_bwd", "Sm90Backward"),
+    ("sm80_bwd", "Sm80Backward"),
 )
 
 __all__ = ["Coverage", "Direction", "KernelFamily", "get", "registry", "serving"]

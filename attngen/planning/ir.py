@@ -196,8 +196,12 @@ class HopperBwdTiling(_Frozen):
 
 
 class BwdPlan(_Frozen):
+    """The sm80_bwd family's plan: the preprocess, dK/dV and dQ kernels (mma.sync, atomic-free)."""
+
     spec: AttentionSpec
     arch: Arch
+    #: The kernel family that planned it and renders and launches it (attngen.families.get(family)).
+    family: str
     #: attn_bwd_<mask>_hd<d>_<dtype>_<arch>_<pipeline>; entry points append _preprocess, _dkdv, _dq.
     kernel_name: str
     dkdv: DkdvTiling
@@ -207,24 +211,41 @@ class BwdPlan(_Frozen):
     #: dQ accumulated by the dK/dV kernel with fp32 atomics (5 GEMMs per tile pair, run-to-run
     #: rounding may differ); False: the atomic-free dQ kernel (7 GEMMs, bitwise reproducible).
     dq_atomic: bool = False
-    #: sm90, non-deterministic specs: the wgmma dK/dV kernel (dQ by TMA bulk reductions) replaces dkdv
-    #: and dq.
-    hopper: HopperBwdTiling | None = None
     reason: str
     rejected: tuple[str, ...] = ()
 
     @property
     def entry_names(self) -> tuple[str, ...]:
-        kinds = ("preprocess", "dkdv", "dq", "dkdv_wgmma") if self.hopper else ("preprocess", "dkdv", "dq")
-        return tuple(f"{self.kernel_name}_{k}" for k in kinds)
+        return tuple(f"{self.kernel_name}_{k}" for k in ("preprocess", "dkdv", "dq"))
+
+    def summary(self) -> dict[str, object]:
+        return {"kernel_name": self.kernel_name, "arch": self.arch.value, "family": self.family,
+                "dkdv": self.dkdv.model_dump(), "dq": self.dq.model_dump(), "dq_atomic": self.dq_atomic,
+                "preprocess_rows": self.preprocess_rows, "reason": self.reason}
+
+
+class HopperBwdPlan(_Frozen):
+    """The sm90_bwd family's plan: the preprocess kernel and the wgmma dK/dV kernel, which adds dQ into
+    an fp32 accumulator with TMA bulk reductions."""
+
+    spec: AttentionSpec
+    arch: Arch
+    family: str
+    #: Entry points append _preprocess and _dkdv_wgmma.
+    kernel_name: str
+    dkdv_wgmma: HopperBwdTiling
+    preprocess_rows: int = 32
+    reason: str
+
+    @property
+    def entry_names(self) -> tuple[str, ...]:
+        return (f"{self.kernel_name}_preprocess", self.wgmma_entry)
 
     @property
     def wgmma_entry(self) -> str:
-        """The entry point of the Hopper dK/dV kernel (present when `hopper` is set)."""
         return f"{self.kernel_name}_dkdv_wgmma"
 
     def summary(self) -> dict[str, object]:
-        return {"kernel_name": self.kernel_name, "arch": self.arch.value, "dkdv": self.dkdv.model_dump(),
-                "dq": self.dq.model_dump(), "dq_atomic": self.dq_atomic,
-                "hopper": self.hopper.model_dump() if self.hopper else None, "preprocess_rows": self.preprocess_rows,
+        return {"kernel_name": self.kernel_name, "arch": self.arch.value, "family": self.family,
+                "dkdv_wgmma": self.dkdv_wgmma.model_dump(), "preprocess_rows": self.preprocess_rows,
                 "reason": self.reason}

@@ -1,20 +1,27 @@
-"""The backward launcher: preprocess, dK/dV and dQ kernels of one spec, on PyTorch's stream."""
+"""The backward launcher: the kernels of one spec's backward family, on PyTorch's stream.
+
+`BackwardKernels` compiles the backward cubin of an arch on first use and hands the launch to the family
+that planned it (`planner_bwd.backward_family(plan.family).launch`); the helpers below are what every
+family's launch shares: the gradient buffers, the parameter block, the preprocess step and the end.
+"""
 
 from __future__ import annotations
 
 import math
 import threading
+from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, ctypes_struct, set_strides
+from ..codegen.abi import Field, ctypes_struct, set_strides
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
+from .device import current_arch
 
 if TYPE_CHECKING:
     import torch
 
-_Params = ctypes_struct(BWD_PARAMS, "BwdParams")
-_HopperParams = ctypes_struct(HOPPER_BWD_PARAMS, "HopperBwdParams")
+#: Threads of a preprocess block (4 warps, BwdPlan.preprocess_rows query rows).
 PRE_THREADS = 128
 
 
@@ -49,69 +56,85 @@ class BackwardKernels:
                  lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float) -> tuple[torch.Tensor, ...]:
         import torch
 
-        from .driver import launch
-        from .kernel import current_arch
+        from ..planning.planner_bwd import backward_family
 
         arch = current_arch(q.device)
         plan = self.cubin(arch).source.plan
-        pre, dkdv, dq_entry = plan.entry_names[:3]  # type: ignore[attr-defined]
-        hopper = plan.hopper  # type: ignore[attr-defined]
-        if hopper is not None:
-            from .tma import describable
-
-            # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
-            q, k, v, dout = (t if describable(t) else t.contiguous() for t in (q, k, v, dout))
-        batch, seqlen_q, heads, _ = q.shape
-        seqlen_k, kv_heads = k.shape[1], k.shape[2]
-        delta = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-        atomic = plan.dq_atomic or hopper is not None  # type: ignore[attr-defined]
-        dq_accum = torch.zeros((batch, seqlen_q, heads, q.shape[-1]), dtype=torch.float32, device=q.device) \
-            if atomic else delta
-        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-        dk = torch.empty_like(k, memory_format=torch.contiguous_format)
-        dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-        fields = dict(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
-                      lse=lse.data_ptr(), delta=delta.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
-                      dv=dv.data_ptr(), dq_accum=dq_accum.data_ptr(), seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                      heads=heads, kv_heads=kv_heads,
-                      scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
-        params = _Params(**fields)
-        set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv)
-        if hopper is not None:
-            from ..codegen import wgmma
-            from . import tma
-
-            # The wgmma kernel's block: the four tensor maps, then the same fields.
-            hopper_params = _HopperParams(**fields)
-            set_strides(hopper_params, q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv)
-            for field, t, rows in (("tma_q", q, hopper.block_m), ("tma_do", dout, hopper.block_m),
-                                   ("tma_k", k, hopper.block_n), ("tma_v", v, hopper.block_n)):
-                tma.fill(hopper_params, field, tma.tensor_map(tma.map_key(t, rows)))
-            # dQ boxes: one warpgroup's wgmma rows (64) by 128 bytes of fp32 columns.
-            tma.fill(hopper_params, "tma_dq_accum", tma.tensor_map(tma.map_key(dq_accum, wgmma.M)))
         device = q.device.index or 0
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        rows = plan.preprocess_rows  # type: ignore[attr-defined]
-        if seqlen_q:
-            launch(self._function(device, arch, pre, 0), (-(-seqlen_q // rows), heads, batch), PRE_THREADS,
-                   stream, params)
-        if dlse is not None:
-            # d lse / d S = P: the LSE's gradient enters dS = P (dP - D) as D - dlse.
-            delta.sub_(dlse)
-        a, b = plan.dkdv, plan.dq  # type: ignore[attr-defined]
-        grid_kv = (-(-seqlen_k // a.block_n) * (q.shape[-1] // a.d_chunk), kv_heads, batch)
-        if seqlen_k and hopper is not None:
-            grid_hb = (-(-seqlen_k // hopper.block_n), kv_heads, batch)
-            launch(self._function(device, arch, plan.wgmma_entry, hopper.smem_bytes),  # type: ignore[attr-defined]
-                   grid_hb, hopper.threads, stream, hopper_params)
-        elif seqlen_k:
-            launch(self._function(device, arch, dkdv, a.smem_bytes), grid_kv, a.num_warps * 32, stream, params)
-        if atomic:
-            torch.mul(dq_accum, softmax_scale, out=dq_accum)
-            dq.copy_(dq_accum)  # the conversion step: fp32 accumulator to the input dtype
-        elif seqlen_q:
-            grid_q = (-(-seqlen_q // b.block_m) * (q.shape[-1] // b.d_chunk), heads, batch)
-            launch(self._function(device, arch, dq_entry, b.smem_bytes), grid_q, b.num_warps * 32, stream, params)
-        if not seqlen_k:
-            dq.zero_()  # no key: attention is constant 0, every gradient is 0
-        return dq, dk, dv
+
+        def function(entry: str, smem: int) -> Any:
+            return self._function(device, arch, entry, smem)
+
+        return backward_family(plan.family).launch(plan, function, stream, dout, q, k, v, out, lse, dlse,
+                                                   softmax_scale)
+
+
+@dataclass(frozen=True)
+class Buffers:
+    """What a backward writes: D per query row, the gradients, and (for a family that adds dQ up) its
+    fp32 accumulator (else `delta` stands in for the unused pointer)."""
+
+    delta: Any
+    dq: Any
+    dk: Any
+    dv: Any
+    dq_accum: Any
+    accumulate: bool
+
+
+def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool) -> Buffers:
+    import torch
+
+    batch, seqlen_q, heads, _ = q.shape
+    delta = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    dq_accum = torch.zeros((batch, seqlen_q, heads, q.shape[-1]), dtype=torch.float32, device=q.device) \
+        if accumulate else delta
+    return Buffers(delta=delta, dq=torch.empty_like(q, memory_format=torch.contiguous_format),
+                   dk=torch.empty_like(k, memory_format=torch.contiguous_format),
+                   dv=torch.empty_like(v, memory_format=torch.contiguous_format), dq_accum=dq_accum,
+                   accumulate=accumulate)
+
+
+@cache
+def _struct(fields: tuple[Field, ...]) -> type[Any]:
+    return ctypes_struct(fields, "BwdParams")
+
+
+def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, softmax_scale: float) -> Any:
+    """A backward parameter block of `fields` (abi.BWD_PARAMS, or a family's with more in front) with the
+    pointers, strides, shapes and scales every backward kernel reads; family-specific fields (TMA maps)
+    are left for the family to fill."""
+    params = _struct(fields)(
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(), lse=lse.data_ptr(),
+        delta=b.delta.data_ptr(), dq=b.dq.data_ptr(), dk=b.dk.data_ptr(), dv=b.dv.data_ptr(),
+        dq_accum=b.dq_accum.data_ptr(), seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2],
+        kv_heads=k.shape[2], scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
+    set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=b.dq, dk=b.dk, dv=b.dv)
+    return params
+
+
+def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, q: torch.Tensor, b: Buffers,
+               dlse: torch.Tensor | None) -> None:
+    """D = rowsum(dO * O) per query row (`rows` rows per block), less the LSE's gradient when there is one."""
+    from .driver import launch
+
+    batch, seqlen_q, heads, _ = q.shape
+    if seqlen_q:
+        launch(function(entry, 0), (-(-seqlen_q // rows), heads, batch), PRE_THREADS, stream, params)
+    if dlse is not None:
+        # d lse / d S = P: the LSE's gradient enters dS = P (dP - D) as D - dlse.
+        b.delta.sub_(dlse)
+
+
+def finish(b: Buffers, seqlen_k: int, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq from the fp32 accumulator (where the family adds dQ up), zeros without keys; dq, dk, dv."""
+    import torch
+
+    if b.accumulate:
+        torch.mul(b.dq_accum, softmax_scale, out=b.dq_accum)
+        b.dq.copy_(b.dq_accum)  # the conversion step: fp32 accumulator to the input dtype
+    if not seqlen_k:
+        b.dq.zero_()  # no key: attention is constant 0, every gradient is 0
+    return b.dq, b.dk, b.dv

@@ -13,20 +13,12 @@ from ..codegen.cxx import DTYPE_TAGS
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
 from . import op
+from .device import current_arch
 
 if TYPE_CHECKING:
     import torch
 
 MAX_GRID_YZ = 65535
-
-
-def current_arch(device: Any = None) -> Arch:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RuntimeError("no CUDA device is available; pass an arch to attngen.build to compile without one")
-    major, minor = torch.cuda.get_device_capability(device)
-    return Arch.from_capability(major, minor)
 
 
 class AttentionKernel:

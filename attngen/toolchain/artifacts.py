@@ -3,15 +3,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from ..planning.ir import KernelPlan
+if TYPE_CHECKING:
+    from ..spec.model import Arch, AttentionSpec
+
+
+class Plan(Protocol):
+    """What the plan of every kernel family has (planning.ir's KernelPlan, BwdPlan, HopperBwdPlan):
+    what the cache, the compiler and the manifest read."""
+
+    @property
+    def spec(self) -> AttentionSpec: ...
+    @property
+    def arch(self) -> Arch: ...
+    @property
+    def family(self) -> str: ...
+    @property
+    def kernel_name(self) -> str: ...
+    def summary(self) -> dict[str, object]: ...
+
+
+PlanT = TypeVar("PlanT", bound=Plan, covariant=True)
 
 
 @dataclass(frozen=True)
-class KernelSource:
-    """CUDA C++ rendered from a KernelPlan (stage 3)."""
+class KernelSource(Generic[PlanT]):
+    """CUDA C++ rendered from one family's plan (stage 3); `plan` is that family's plan type."""
 
-    plan: KernelPlan
+    plan: PlanT
     code: str
     #: extern "C" entry points, in launch order.
     entry_names: tuple[str, ...]

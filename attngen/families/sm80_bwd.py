@@ -1,0 +1,242 @@
+"""The mma.sync backward (every arch): a preprocess, a dK/dV and a dQ kernel, without atomics.
+
+The backward holds more tiles at once than the forward (K and V resident with streaming Q and dO, four
+GEMMs per step), so it has its own budget. dK and dV accumulate in registers; when they do not fit
+beside the scores, a block owns only a slice of the head dim (d_chunk) and blocks of other slices
+recompute S and dP: the cost model charges that recomputation. Every gradient is owned by one block and
+summed in a fixed order, so the gradients are bitwise reproducible. Its template is attn_bwd.cu.j2, its
+parameter block abi.BWD_PARAMS.
+
+Atomic dQ (FlashAttention-2's order: the dK/dV kernel adds dQ with fp32 atomics, no dQ kernel) is a
+plan option (`plan(..., atomic_dq=True)`), off: on the H100 it measured 0.57-0.67x FlashAttention-2
+against 0.59-0.75x for the atomic-free kernels (benchmarks/results/h100/bwd/bwd_atomic_dq.json,
+NOTES.md), though it passes the whole GPU backward suite. On again once its dK/dV tiles are larger.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..codegen.abi import BWD_PARAMS, layout
+from ..errors import PlanError
+from ..planning import shared
+from ..planning.archs import ArchInfo
+from ..planning.ir import BwdPlan, DkdvTiling, DqTiling
+from ..planning.planner_bwd import BackwardFamily, LoadFunction
+from ..planning.shared import kernel_name, swizzle_chunks
+from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, DType, MaskKind, PipelineKind
+from .base import Coverage
+
+if TYPE_CHECKING:
+    import torch
+
+DKDV_WARPS = (4, 8)
+DKDV_BLOCK_MS = (16, 32, 64, 128)
+DQ_WARPS = (4, 8)
+DQ_BLOCK_NS = (16, 32, 64, 128)
+BWD_STAGES = 2
+#: Registers beside the accumulators and score tiles (pointers, loop state, fragments, ldmatrix
+#: offsets); calibrated with -Xptxas=-v on sm_90a (benchmarks/NOTES.md).
+BWD_REG_OVERHEAD = 64
+#: dQ columns each warp of the dK/dV kernel accumulates with atomics: at most 16 registers.
+MAX_ATOMIC_DQ_COLS = 32
+#: Why atomic dQ is off, as explain says it.
+ATOMIC_DQ_OFF = ("atomic dQ (dK/dV kernel adds dQ with fp32 atomics) is a plan option, off: measured "
+                 "0.57-0.67x FlashAttention-2 on the H100 against 0.59-0.75x for the atomic-free kernels")
+
+
+def d_chunks(spec: AttentionSpec) -> list[int]:
+    """Head-dim slices a dK/dV block may own: whole swizzle groups that divide the head dim."""
+    group = 8 * swizzle_chunks(spec.head_dim)
+    return [c for c in range(group, spec.head_dim + 1, group) if spec.head_dim % c == 0]
+
+
+def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_atomic: bool = False) -> int:
+    """K and V resident; per stage a Q tile, a dO tile and block_m floats each of lse and D; with
+    atomic dQ, the dS^T tile (rows padded by 16 bytes)."""
+    e = spec.dtype.itemsize
+    ds = block_n * (block_m + 8) * e if dq_atomic else 0
+    return 2 * block_n * spec.head_dim * e + stages * (2 * block_m * spec.head_dim * e + 2 * block_m * 4) + ds
+
+
+def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int) -> int | None:
+    """dQ columns per warp when the dK/dV kernel computes dQ: warps tile (block_m / 16) x the rest;
+    None when that tiling does not exist or needs too many registers."""
+    warps_m = block_m // 16
+    if warps_m > num_warps or num_warps % warps_m:
+        return None
+    cols = d_chunk // (num_warps // warps_m)
+    return cols if cols % 16 == 0 and cols <= MAX_ATOMIC_DQ_COLS else None
+
+
+def dq_smem(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> int:
+    """Q and dO resident; per stage a K tile and a V tile."""
+    e = spec.dtype.itemsize
+    return 2 * block_m * spec.head_dim * e + stages * 2 * block_n * spec.head_dim * e
+
+
+def dkdv_registers(block_m: int, d_chunk: int, info: ArchInfo, dq_cols: int = 0) -> int:
+    """dK + dV slices (16 x d_chunk fp32 each over 32 lanes), S^T and dP^T (16 x block_m each), and
+    with atomic dQ its 16 x dq_cols accumulator plus addresses."""
+    atomic = dq_cols // 2 + 8 if dq_cols else 0
+    return d_chunk + block_m + BWD_REG_OVERHEAD + info.extra_registers + atomic
+
+
+def dq_registers(block_n: int, d_chunk: int, info: ArchInfo) -> int:
+    """A dQ slice (16 x d_chunk fp32 over 32 lanes), S and dP (16 x block_n each)."""
+    return d_chunk // 2 + block_n + BWD_REG_OVERHEAD + info.extra_registers
+
+
+def _check(info: ArchInfo, spec: AttentionSpec, smem: int, regs: int, rows: int, threads: int) -> str | None:
+    if smem > info.smem_per_block:
+        return f"needs {smem} B of shared memory; {info.arch.value} allows {info.smem_per_block} B per block"
+    if regs > info.max_regs_per_thread:
+        return f"needs ~{regs} registers per thread; at most {info.max_regs_per_thread}: it would spill"
+    copies = -(-(rows * spec.head_dim // 8) // threads)
+    if copies > shared.MAX_COPIES_PER_THREAD:
+        return f"{copies} cp.async copies per thread per tile; above {shared.MAX_COPIES_PER_THREAD} ptxas spills"
+    return None
+
+
+def _relative_time(info: ArchInfo, flops: float, reread_bytes: float, steps: float) -> float:
+    """Microseconds: tensor work, re-reads served mostly by L2 (~3x DRAM bandwidth), per-step overhead."""
+    clk = info.clock_ghz * 1e3
+    return (flops / (info.mma_flops_per_clk * info.num_sms_hint * clk) + reread_bytes / (3 * info.hbm_gbps * 1e3)
+            + steps * shared.ITER_OVERHEAD_CLK / (info.num_sms_hint * clk))
+
+
+def dkdv_cost(spec: AttentionSpec, info: ArchInfo, t: DkdvTiling, dq_atomic: bool) -> float:
+    """At the reference workload: S^T and dP^T recomputed per head-dim slice, Q/dO re-read per KV block
+    (and with atomic dQ, dS K for each slice)."""
+    n, d, heads = shared.REF_SEQLEN, spec.head_dim, shared.REF_HIDDEN // spec.head_dim
+    chunks = d // t.d_chunk
+    return _relative_time(info, heads * n * n * (chunks * 4 * d + (6 if dq_atomic else 4) * d),
+                          heads * (n // t.block_n) * chunks * n * d * 4,
+                          heads * (n // t.block_n) * chunks * (n // t.block_m))
+
+
+def dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
+    """At the reference workload: S and dP recomputed per head-dim slice, K/V re-read per query block."""
+    n, d, heads = shared.REF_SEQLEN, spec.head_dim, shared.REF_HIDDEN // spec.head_dim
+    chunks = d // t.d_chunk
+    return _relative_time(info, heads * n * n * (chunks * 4 * d + 2 * d),
+                          heads * (n // t.block_m) * chunks * n * d * 4,
+                          heads * (n // t.block_m) * chunks * (n // t.block_n))
+
+
+def dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str], dq_atomic: bool) -> list[DkdvTiling]:
+    out = []
+    for warps, bm, dc in itertools.product(DKDV_WARPS, DKDV_BLOCK_MS, d_chunks(spec)):
+        bn = 16 * warps
+        dq_cols = atomic_dq_cols(warps, bm, dc) if dq_atomic else 0
+        if dq_cols is None:
+            rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: no warp tiling of its dQ slice within "
+                            f"{MAX_ATOMIC_DQ_COLS} columns per warp")
+            continue
+        smem = dkdv_smem(spec, bn, bm, BWD_STAGES, dq_atomic)
+        regs = dkdv_registers(bm, dc, info, dq_cols)
+        why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
+        if why:
+            rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: {why}")
+            continue
+        out.append(DkdvTiling(num_warps=warps, block_n=bn, block_m=bm, d_chunk=dc, stages=BWD_STAGES,
+                              smem_bytes=smem, regs_estimate=regs))
+    return out
+
+
+def dq_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> list[DqTiling]:
+    out = []
+    for warps, bn, dc in itertools.product(DQ_WARPS, DQ_BLOCK_NS, d_chunks(spec)):
+        bm = 16 * warps
+        smem, regs = dq_smem(spec, bm, bn, BWD_STAGES), dq_registers(bn, dc, info)
+        why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
+        if why:
+            rejected.append(f"dq {bm}x{bn} d_chunk {dc}: {why}")
+            continue
+        out.append(DqTiling(num_warps=warps, block_m=bm, block_n=bn, d_chunk=dc, stages=BWD_STAGES,
+                            smem_bytes=smem, regs_estimate=regs))
+    return out
+
+
+class Sm80Backward(BackwardFamily):
+    name = "sm80_bwd"
+    path = "mma.sync + cp.async, atomic-free"
+    template = "attn_bwd.cu.j2"
+
+    def coverage(self) -> Coverage:
+        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DType),
+                        masks=tuple(m.value for m in MaskKind), pipelines=(PipelineKind.multistage.value,),
+                        notes="every arch (sm80 and later), deterministic or not; bitwise reproducible gradients; "
+                              "where no family before it in FAMILIES serves")
+
+    def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
+        return None
+
+    # ---- planning ------------------------------------------------------------------------------
+    def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None, *,
+             atomic_dq: bool = False) -> BwdPlan:
+        """The dK/dV and dQ tiles of lowest predicted cost; `atomic_dq` (non-deterministic specs only)
+        lets the dK/dV kernel add dQ with atomics instead of the dQ kernel."""
+        arch = info.arch
+        rejected: list[str] = []
+        dq_atomic = atomic_dq and not spec.deterministic
+        dkdv = sorted(dkdv_candidates(spec, info, rejected, dq_atomic),
+                      key=lambda t: dkdv_cost(spec, info, t, dq_atomic))
+        if not dkdv and dq_atomic:  # the atomic-free kernels need less: fall back to them
+            dq_atomic = False
+            dkdv = sorted(dkdv_candidates(spec, info, rejected, False), key=lambda t: dkdv_cost(spec, info, t, False))
+        dq = sorted(dq_candidates(spec, info, rejected), key=lambda t: dq_cost(spec, info, t))
+        if not dkdv or not dq:
+            raise PlanError(f"no backward tiling of spec '{spec.name}' fits {arch.value}:\n  "
+                            + "\n  ".join(rejected[:8]) + "\nRemedy: target an arch with more shared memory.")
+        best, best_dq = dkdv[0], dq[0]
+        dq_how = "accumulated with atomics in dkdv" if dq_atomic else "atomic-free kernel"
+        reason = (f"dkdv: fewest head-dim slices ({spec.head_dim // best.d_chunk}) and lowest predicted cost of "
+                  f"{len(dkdv)} fitting; dq: {dq_how}, lowest predicted cost of {len(dq)} fitting")
+        return BwdPlan(spec=spec, arch=arch, family=self.name,
+                       kernel_name=kernel_name(spec, arch, PipelineKind.multistage, "bwd"), dkdv=best, dq=best_dq,
+                       dq_atomic=dq_atomic, reason=reason, rejected=tuple(rejected))
+
+    def explain_lines(self, plan: BwdPlan) -> list[str]:
+        a, b = plan.dkdv, plan.dq
+        dq = ("dQ added by the dK/dV kernel with fp32 atomics" if plan.dq_atomic else
+              f"dQ {b.block_m} x {b.block_n}, {b.num_warps} warps, head-dim slice {b.d_chunk}, {b.smem_bytes} B, "
+              f"~{b.regs_estimate} registers")
+        return [f"dK/dV {a.block_n} KV rows x {a.block_m} query rows per step, {a.num_warps} warps, head-dim slice "
+                f"{a.d_chunk}, {a.smem_bytes} B, ~{a.regs_estimate} registers; {dq}",
+                ATOMIC_DQ_OFF if not plan.dq_atomic else "atomic dQ: asked for by the caller"]
+
+    # ---- render and launch ---------------------------------------------------------------------
+    def plan_line(self, plan: BwdPlan) -> str:
+        a, b = plan.dkdv, plan.dq
+        return (f"dkdv {a.block_n}x{a.block_m} warps={a.num_warps} d_chunk={a.d_chunk} smem={a.smem_bytes}B; "
+                f"dq {b.block_m}x{b.block_n} warps={b.num_warps} d_chunk={b.d_chunk} smem={b.smem_bytes}B")
+
+    def context(self, plan: BwdPlan) -> dict[str, object]:
+        from ..codegen.renderer import common_context
+
+        return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": BWD_PARAMS,
+                "params_layout": layout(BWD_PARAMS), "swizzle_chunks": swizzle_chunks(plan.spec.head_dim)}
+
+    def launch(self, plan: BwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
+               k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
+               softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from ..runtime import backward as rt
+        from ..runtime.driver import launch
+
+        b = rt.buffers(q, k, v, accumulate=plan.dq_atomic)
+        params = rt.param_block(BWD_PARAMS, b, dout, q, k, v, out, lse, softmax_scale)
+        pre, dkdv, dq = plan.entry_names
+        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, q, b, dlse)
+        batch, seqlen_q, heads, head_dim = q.shape
+        seqlen_k, kv_heads = k.shape[1], k.shape[2]
+        a, t = plan.dkdv, plan.dq
+        if seqlen_k:
+            grid = (-(-seqlen_k // a.block_n) * (head_dim // a.d_chunk), kv_heads, batch)
+            launch(function(dkdv, a.smem_bytes), grid, a.num_warps * 32, stream, params)
+        if not plan.dq_atomic and seqlen_q:
+            grid = (-(-seqlen_q // t.block_m) * (head_dim // t.d_chunk), heads, batch)
+            launch(function(dq, t.smem_bytes), grid, t.num_warps * 32, stream, params)
+        return rt.finish(b, seqlen_k, softmax_scale)

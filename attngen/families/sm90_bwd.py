@@ -1,0 +1,147 @@
+"""The Hopper backward (sm_90a): a warp-specialized wgmma dK/dV kernel that adds dQ with TMA bulk
+reductions, after the preprocess kernel.
+
+One block owns 128 KV rows of one KV head: a producer warpgroup (TMA: K and V once, then Q and dO tiles
+through a ring of stages) and two consumer warpgroups (wgmma) of 64 KV rows each. dQ goes through shared
+memory to an fp32 accumulator with cp.reduce.async.bulk.tensor .add, so the rounding order of dQ varies
+from run to run: it serves non-deterministic specs only. Its template is attn_bwd_hopper.cu.j2 (the
+preprocess kernel from templates/common/bwd_preprocess.cuh.j2, as the mma.sync backward has it), its
+parameter blocks abi.BWD_PARAMS (preprocess) and abi.HOPPER_BWD_PARAMS (TMA maps first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout
+from ..codegen.wgmma import backward_ops
+from ..errors import PlanError
+from ..planning.archs import ArchInfo, arch_info
+from ..planning.ir import HopperBwdPlan, HopperBwdTiling
+from ..planning.planner_bwd import BackwardFamily, LoadFunction
+from ..planning.shared import ALIGN_SLACK, kernel_name, setmaxnreg_split
+from ..spec.model import Arch, AttentionSpec, DType, MaskKind, PipelineKind
+from .base import Coverage
+
+if TYPE_CHECKING:
+    import torch
+
+#: The head dims it serves. Its dK and dV accumulators (head_dim fp32 registers per consumer thread
+#: together) leave room for the scores only up to 128. Measured on the H100 at 2k-16k: hd64 1.14-1.31x
+#: and hd128 1.17-1.37x FlashAttention-2, against 0.63-0.75x for the mma.sync kernels
+#: (benchmarks/results/h100/bwd_hopper/, NOTES.md).
+HEAD_DIMS = (64, 128)
+#: Query rows per step: 64 at hd128 (registers: dK + dV take 128), 128 at hd64.
+BLOCK_M = {64: 128, 128: 64}
+BLOCK_N = 128
+STAGES = 2
+#: Consumer registers beside dK, dV, S^T and dP^T (calibrated with -Xptxas=-v like the forward's).
+REG_OVERHEAD = 40
+
+
+def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
+    """The dK/dV tiling of a head dim it serves; PlanError with the arithmetic when the budget cannot hold it."""
+    d, bn, st = spec.head_dim, BLOCK_N, STAGES
+    bm = BLOCK_M[d]
+    e = spec.dtype.itemsize
+    # dQ (block_m queries x head_dim over the block's KV rows) split between the two warpgroups: at
+    # hd128 by columns (64 each), at hd64 with 128 queries by query rows (64 each); each product
+    # covers all KV rows, so every element of the accumulator gets one add per block.
+    dq_cols = 64
+    col_step, query_step = (64, 0) if bm == 64 else (0, 64)
+    # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup; mbarriers.
+    # ... and per consumer warpgroup a double buffer of the query rows' LSE and D.
+    # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
+    # would spill beside S^T and dP^T: 60 B at hd64), so P^T gets a tile beside dS^T.
+    from_smem = bm == 128
+    smem = (2 * bn * d * e + 2 * st * bm * d * e + (2 if from_smem else 1) * bn * bm * e + (bn // 64) * 64 * dq_cols * 4
+            + (bn // 64) * 2 * 2 * bm * 4 + 8 * (1 + 2 * st) + ALIGN_SLACK)
+    producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
+    regs = d + bm + REG_OVERHEAD
+    if smem > info.smem_per_block or regs > consumer_regs:
+        raise PlanError(f"needs {smem} B and ~{regs} registers; {info.arch.value} gives {info.smem_per_block} B, "
+                        f"{consumer_regs} registers")
+    return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=producer_regs,
+                           consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
+                           dq_query_step=query_step, dkv_from_smem=from_smem, smem_bytes=smem, regs_estimate=regs)
+
+
+class Sm90Backward(BackwardFamily):
+    name = "sm90_bwd"
+    path = "TMA + wgmma, dQ by TMA bulk reductions"
+    template = "attn_bwd_hopper.cu.j2"
+
+    def coverage(self) -> Coverage:
+        return Coverage(archs=("sm90",), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DType),
+                        masks=tuple(m.value for m in MaskKind), pipelines=("warp_specialized",),
+                        notes="non-deterministic specs only (dQ's rounding order varies from run to run)")
+
+    def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
+        if arch_info(arch).wgmma_flops_per_clk == 0:
+            return f"{arch.value} has no wgmma"
+        if spec.deterministic:
+            return "deterministic: the wgmma kernel adds dQ with TMA bulk reductions (rounding order varies)"
+        if spec.head_dim not in HEAD_DIMS:
+            return f"head_dim {spec.head_dim}: dK and dV do not fit the consumer registers beside the scores"
+        return None
+
+    # ---- planning ------------------------------------------------------------------------------
+    def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None) -> HopperBwdPlan:
+        t = tiling(spec, info)
+        reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} ({t.block_n} KV rows x {t.block_m} queries, "
+                  f"{t.stages} stages): measured 1.14-1.37x FlashAttention-2 on the H100, against 0.63-0.75x for "
+                  f"the mma.sync kernels")
+        return HopperBwdPlan(spec=spec, arch=info.arch, family=self.name,
+                             kernel_name=kernel_name(spec, info.arch, PipelineKind.multistage, "bwd"), dkdv_wgmma=t,
+                             reason=reason)
+
+    def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
+        h = plan.dkdv_wgmma
+        return [f"wgmma dK/dV {h.block_n} KV rows ({h.block_n // 64} consumer warpgroups, setmaxnreg "
+                f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
+                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; dQ by TMA bulk reductions"]
+
+    # ---- render and launch ---------------------------------------------------------------------
+    def plan_line(self, plan: HopperBwdPlan) -> str:
+        hb = plan.dkdv_wgmma
+        return (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
+                f"regs {hb.producer_regs}/{hb.consumer_regs}, dQ 64 queries x {hb.dq_cols} columns per warpgroup")
+
+    def context(self, plan: HopperBwdPlan) -> dict[str, object]:
+        from ..codegen.renderer import common_context
+
+        hb = plan.dkdv_wgmma
+        t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols)
+        return {**common_context(plan, self.plan_line(plan)), "hb": hb, "t_op": t_op, "acc_op": acc_op,
+                "acc_ss_op": acc_ss_op, "dq_op": dq_op, "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op),
+                "params": HOPPER_BWD_PARAMS, "params_layout": layout(HOPPER_BWD_PARAMS),
+                "pre_params": BWD_PARAMS, "pre_params_layout": layout(BWD_PARAMS)}
+
+    def launch(self, plan: HopperBwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
+               k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
+               softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from ..codegen import wgmma
+        from ..runtime import backward as rt
+        from ..runtime import tma
+        from ..runtime.driver import launch
+
+        # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
+        q, k, v, dout = (x if tma.describable(x) else x.contiguous() for x in (q, k, v, dout))
+        b = rt.buffers(q, k, v, accumulate=True)
+        params = rt.param_block(BWD_PARAMS, b, dout, q, k, v, out, lse, softmax_scale)
+        # The wgmma kernel's block: the five tensor maps, then the same fields.
+        hopper = rt.param_block(HOPPER_BWD_PARAMS, b, dout, q, k, v, out, lse, softmax_scale)
+        h = plan.dkdv_wgmma
+        for field, x, rows in (("tma_q", q, h.block_m), ("tma_do", dout, h.block_m), ("tma_k", k, h.block_n),
+                               ("tma_v", v, h.block_n)):
+            tma.fill(hopper, field, tma.tensor_map(tma.map_key(x, rows)))
+        # dQ boxes: one warpgroup's wgmma rows (64) by 128 bytes of fp32 columns.
+        tma.fill(hopper, "tma_dq_accum", tma.tensor_map(tma.map_key(b.dq_accum, wgmma.M)))
+        pre, dkdv = plan.entry_names
+        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, q, b, dlse)
+        batch, seqlen_k, kv_heads = q.shape[0], k.shape[1], k.shape[2]
+        if seqlen_k:
+            launch(function(dkdv, h.smem_bytes), (-(-seqlen_k // h.block_n), kv_heads, batch), h.threads, stream,
+                   hopper)
+        return rt.finish(b, seqlen_k, softmax_scale)

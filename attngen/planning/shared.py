@@ -1,0 +1,55 @@
+"""Facts more than one kernel family plans with, defined once, with the reason beside each number.
+
+A family's own constants (its search space, its register overheads, its measured tiles) stay in its
+module under attngen/families/; what lives here is what two or more of them share: the reference
+workload the cost models rank on, limits of the toolchain and of the hardware, and the names kernels
+get.
+"""
+
+from __future__ import annotations
+
+from ..spec.model import Arch, AttentionSpec, MaskKind, PipelineKind
+from .archs import ArchInfo
+
+#: The workload the cost models rank candidates on (FlashAttention-3 paper settings, mid-size):
+#: sequence length, and batch x heads x head_dim filling this hidden size.
+REF_SEQLEN = 4096
+REF_HIDDEN = 2048
+#: Fixed cost of one loop iteration of an mma.sync kernel (cp.async wait, barrier, loop and softmax
+#: bookkeeping), in clocks; another resident block overlaps it. 512 makes the forward's model rank
+#: hd256 block_n 64 over 32 as the H100 sweep measured (294 vs 270 TFLOP/s; benchmarks/NOTES.md).
+ITER_OVERHEAD_CLK = 512
+#: cp.async copies one thread issues per tile. Past 16, ptxas keeps too many addresses live and
+#: spills (hd256, block_n 128, 4 warps: 344 B of spills at 255 registers; with 8 warps, 16 copies
+#: each, none).
+MAX_COPIES_PER_THREAD = 16
+#: Shared memory kept free to align TMA tiles to 1024 bytes (128-byte swizzle atoms) whatever address
+#: the dynamic shared memory starts at.
+ALIGN_SLACK = 1024
+#: Registers of a producer warpgroup after setmaxnreg.dec: it only computes copy coordinates.
+PRODUCER_REGS = 24
+
+
+def swizzle_chunks(head_dim: int) -> int:
+    """16-byte chunks per swizzle row: 8 (128-byte rows) when the head dim is a multiple of 64, else 4."""
+    return 8 if head_dim % 64 == 0 else 4
+
+
+def mask_name(spec: AttentionSpec) -> str:
+    """The mask as kernel names spell it: none, causal, window_<left>_<right> (inf for unbounded)."""
+    if spec.mask is MaskKind.sliding_window and spec.window is not None:
+        left, right = (("inf" if w < 0 else str(w)) for w in spec.window)
+        return f"window_{left}_{right}"
+    return spec.mask.value
+
+
+def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind, direction: str = "fwd") -> str:
+    """attn_<direction>_<mask>_hd<d>_<dtype>_<arch>_<pipeline>."""
+    return f"attn_{direction}_{mask_name(spec)}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
+
+
+def setmaxnreg_split(info: ArchInfo, consumer_wgs: int) -> tuple[int, int]:
+    """(producer, consumer) registers per thread of a warp-specialized block: what the producer
+    warpgroup gives up is shared by the consumers, in multiples of 8, up to setmaxnreg's maximum."""
+    total = info.regs_per_sm - 128 * PRODUCER_REGS
+    return PRODUCER_REGS, min(info.max_setmaxnreg, total // (128 * consumer_wgs) // 8 * 8)
