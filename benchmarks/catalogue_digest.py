@@ -5,9 +5,14 @@ no kernel.
     python benchmarks/catalogue_digest.py compare OLD NEW
 
 For every catalogue spec and every arch of catalogue.GENERATED_ARCHS it writes the forward and backward
-CUDA source as rendered, and the SASS of each cubin as cuobjdump lists it. `compare` says, per kernel,
-whether the rendered source is byte-identical, and where it is not, whether the SASS is identical
-instruction for instruction (entry names and the listing's header lines aside).
+CUDA source as rendered (the backward: the cubin of the family that plans it, sm80_bwd or sm90_bwd), and
+the SASS of each cubin as cuobjdump lists it. `compare` goes kernel by kernel (entry points matched by
+name; a listing is split at its "Function : <name>" headers, so a record where one cubin held every
+backward kernel compares with one where they are spread differently): the rendered source byte-identical,
+or else the kernel's SASS identical instruction for instruction (entry names and the listing's header
+lines aside), or it differs. A kernel only the old record has is listed as no longer built (an old
+sm90 backward cubin carried the mma.sync dK/dV and dQ kernels beside the wgmma one without launching
+them); one only the new record has, as new.
 """
 
 from __future__ import annotations
@@ -50,6 +55,25 @@ def instructions(sass: str) -> list[str]:
     return out
 
 
+def kernels(sass: str) -> dict[str, list[str]]:
+    """The instructions of each kernel function of a listing, by entry name."""
+    out: dict[str, list[str]] = {}
+    name, lines = None, []
+    for line in sass.splitlines() + ["Function : <end>"]:
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            if name is not None:
+                out[name] = instructions("\n".join(lines))
+            name, lines = m.group(1), []
+        elif name is not None:
+            lines.append(line)
+    return out
+
+
+def _digest(lines: list[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
 def record(out: Path) -> None:
     from attngen.toolchain.sass import disassemble
 
@@ -69,38 +93,52 @@ def record(out: Path) -> None:
             (folder / f"{arch.value}.{kind}.cu").write_text(cubin.source.code)
             (folder / f"{arch.value}.{kind}.sass").write_text(sass)
             entry[f"{kind}_source"] = hashlib.sha256(cubin.source.code.encode()).hexdigest()
-            entry[f"{kind}_instructions"] = hashlib.sha256("\n".join(instructions(sass)).encode()).hexdigest()
+            entry[f"{kind}_instructions"] = _digest(instructions(sass))
+            for name, lines in kernels(sass).items():
+                entry[f"{kind}_kernel {name}"] = _digest(lines)
         return f"{spec.name}/{arch.value}", entry
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         for key, entry in pool.map(one, jobs):
             digest[key] = entry
-            print(key, " ".join(f"{k}={v[:12]}" for k, v in entry.items()), flush=True)
+            print(key, " ".join(f"{k}={v[:12]}" for k, v in entry.items() if " " not in k), flush=True)
     (out / "digest.json").write_text(json.dumps(digest, indent=1, sort_keys=True) + "\n")
 
 
 def compare(old: Path, new: Path) -> int:
     a = json.loads((old / "digest.json").read_text())
     b = json.loads((new / "digest.json").read_text())
-    same_source = same_sass = differ = 0
+    same_source = same_sass = differ = gone = added = 0
     for key in sorted(set(a) | set(b)):
         if key not in a or key not in b:
             print(f"{key}: only in {'old' if key in a else 'new'}")
             differ += 1
             continue
+        spec, arch = key.split("/")
         for kind in ("fwd", "bwd"):
             if a[key].get(f"{kind}_source") is None and b[key].get(f"{kind}_source") is None:
                 continue
-            if a[key].get(f"{kind}_source") == b[key].get(f"{kind}_source"):
-                same_source += 1
-            elif a[key].get(f"{kind}_instructions") == b[key].get(f"{kind}_instructions"):
-                same_sass += 1
-                print(f"{key} {kind}: source differs, SASS identical instruction for instruction")
-            else:
-                differ += 1
-                print(f"{key} {kind}: SASS DIFFERS")
-    print(f"{same_source} kernels byte-identical in source, {same_sass} identical in SASS only, {differ} differ")
-    return 1 if differ else 0
+            listing = f"{spec}/{arch}.{kind}.sass"
+            before, after = (kernels((d / listing).read_text()) if (d / listing).is_file() else {} for d in (old, new))
+            same = a[key].get(f"{kind}_source") == b[key].get(f"{kind}_source")
+            for name in sorted(set(before) | set(after)):
+                if name not in after:
+                    gone += 1
+                    print(f"{key} {kind} {name}: no longer built")
+                elif name not in before:
+                    added += 1
+                    print(f"{key} {kind} {name}: new")
+                elif same:
+                    same_source += 1
+                elif before[name] == after[name]:
+                    same_sass += 1
+                    print(f"{key} {kind} {name}: source differs, SASS identical instruction for instruction")
+                else:
+                    differ += 1
+                    print(f"{key} {kind} {name}: SASS DIFFERS")
+    print(f"{same_source} kernels byte-identical in source, {same_sass} identical in SASS only, {differ} differ; "
+          f"{gone} no longer built, {added} new")
+    return 1 if differ or added else 0
 
 
 def main() -> int:

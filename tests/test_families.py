@@ -124,3 +124,94 @@ def test_generic_code_never_asks_which_forward_family_it_holds(path: str) -> Non
     tree = ast.parse(source)
     compared = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Compare)]
     assert not [c for c in compared if "roles" in c], compared
+
+
+# ---- the backward families ------------------------------------------------------------------------
+
+
+def test_backward_families_are_registered_fastest_path_first() -> None:
+    from attngen.planning.planner_bwd import BackwardFamily, backward_families
+
+    names = [f.name for f in backward_families()]
+    assert names == ["sm90_bwd", "sm80_bwd"]
+    for family in backward_families():
+        assert isinstance(family, BackwardFamily) and family.direction is Direction.backward
+        assert families.get(family.name) is family
+        cover = family.coverage()
+        assert cover.archs and cover.head_dims and cover.dtypes and cover.masks and cover.notes
+    assert families.get("sm80_bwd").path == "mma.sync + cp.async, atomic-free"
+    assert families.get("sm90_bwd").path == "TMA + wgmma, dQ by TMA bulk reductions"
+    assert families.get("sm90_bwd").coverage().archs == ("sm90",)
+    assert families.get("sm90_bwd").coverage().head_dims == (64, 128)
+
+
+@pytest.mark.parametrize("arch", list(Arch), ids=[a.value for a in Arch])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_backward_plan_is_the_first_serving_family(arch: Arch, head_dim: int, deterministic: bool) -> None:
+    from attngen.planning.planner_bwd import considered_bwd, plan_bwd
+
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", deterministic=deterministic)
+    serving, refused = families.serving(spec, arch, Direction.backward)
+    wgmma = arch is Arch.sm90 and head_dim in (64, 128) and not deterministic
+    assert [f.name for f in serving] == (["sm90_bwd", "sm80_bwd"] if wgmma else ["sm80_bwd"])
+    cover = families.get("sm90_bwd").coverage()
+    assert (arch.value in cover.archs and head_dim in cover.head_dims and not deterministic) == wgmma
+    try:
+        p = plan_bwd(spec, arch)
+    except PlanError:
+        assert not wgmma
+        return
+    assert p.family == serving[0].name and p.summary()["family"] == p.family
+    verdicts = dict(considered_bwd(spec, arch))
+    assert list(verdicts) == ["sm90_bwd", "sm80_bwd"] and verdicts[p.family].startswith("chosen (")
+    other = "sm80_bwd" if wgmma else "sm90_bwd"
+    assert verdicts[other] == ("serves the spec, but sm90_bwd comes before it in FAMILIES' order" if wgmma
+                               else refused["sm90_bwd"])
+
+
+def test_sm90_backward_refusals_say_why() -> None:
+    sm90 = families.get("sm90_bwd")
+    spec = AttentionSpec(head_dim=128, dtype="bf16")
+    assert sm90.serves(spec, Arch.sm90) is None
+    assert sm90.serves(spec, Arch.sm100) == "sm100 has no wgmma"
+    assert sm90.serves(spec.model_copy(update={"deterministic": True}), Arch.sm90) == (
+        "deterministic: the wgmma kernel adds dQ with TMA bulk reductions (rounding order varies)")
+    assert sm90.serves(spec.model_copy(update={"head_dim": 256}), Arch.sm90) == (
+        "head_dim 256: dK and dV do not fit the consumer registers beside the scores")
+
+
+def test_each_backward_family_renders_only_the_kernels_it_launches() -> None:
+    from attngen.codegen.renderer import render_bwd
+    from attngen.planning.planner_bwd import plan_bwd
+
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    wgmma, mma = render_bwd(plan_bwd(spec, Arch.sm90)), render_bwd(plan_bwd(spec, Arch.sm80))
+    assert wgmma.plan.family == "sm90_bwd" and mma.plan.family == "sm80_bwd"
+    assert [e.rsplit("multistage_", 1)[1] for e in wgmma.entry_names] == ["preprocess", "dkdv_wgmma"]
+    assert [e.rsplit("multistage_", 1)[1] for e in mma.entry_names] == ["preprocess", "dkdv", "dq"]
+    for src in (wgmma, mma):  # every entry point is defined, and no other
+        defined = [line.split("(")[0] for line in src.code.splitlines() if line.startswith("attn_bwd_")]
+        assert defined == list(src.entry_names)
+    assert "wgmma" not in mma.code
+    assert "attngen::bwd_dkdv(" not in wgmma.code and "attngen::bwd_dq(" not in wgmma.code
+
+
+BACKWARD_GENERIC = ["planning/planner_bwd.py", "runtime/backward.py", "toolchain/builder.py"]
+
+
+@pytest.mark.parametrize("path", BACKWARD_GENERIC)
+def test_generic_backward_code_never_asks_which_family_it_holds(path: str) -> None:
+    source = (PACKAGE / path).read_text()
+    for word in (".hopper", "wgmma", "dq_atomic", "plan.dkdv", "plan.dq", "USE_ATOMIC_DQ", "USE_HOPPER_BWD",
+                 "BWD_PARAMS"):
+        assert word not in source, f"{path} mentions {word}"
+
+
+def test_backward_modules_reach_into_no_forward_module() -> None:
+    """Shared planning facts come from planning/shared.py; the launcher's arch from runtime/device.py."""
+    for path in ("families/sm80_bwd.py", "families/sm90_bwd.py", "planning/planner_bwd.py", "runtime/backward.py"):
+        tree = ast.parse((PACKAGE / path).read_text())
+        modules = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        bad = [m for m in modules if m.endswith(("planning.planner", "sm80_fwd", "sm90_fwd", "kernel"))]
+        assert not bad, (path, bad)

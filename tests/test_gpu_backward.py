@@ -120,10 +120,45 @@ def test_sum_backward_with_expanded_grad() -> None:
 def test_deterministic_gradients_are_exact(head_dim: int) -> None:
     """deterministic: true runs the atomic-free dQ kernel: same accuracy as the default."""
     spec = AttentionSpec(name=f"det{head_dim}", head_dim=head_dim, dtype="bf16", mask="causal", deterministic=True)
-    assert not _kernel(spec).backward.cubin(attngen.runtime.kernel.current_arch()).source.plan.dq_atomic
+    plan = _kernel(spec).backward.cubin(attngen.runtime.kernel.current_arch()).source.plan
+    assert plan.family == "sm80_bwd" and not plan.dq_atomic
     for i, shape in enumerate([(1, 17, 17, 8, 1), (1, 1000, 129, 2, 1), (1, 257, 1000, 4, 2)]):
         q, k, v, dout = _inputs(spec, shape, seed=300 + i)
         _check(spec, q, k, v, dout)
+
+
+def test_backward_runs_the_family_the_planner_chose() -> None:
+    """The launcher dispatches through the plan's family; the cubin holds that family's kernels only."""
+    spec = AttentionSpec(name="fam128", head_dim=128, dtype="bf16", mask="causal")
+    arch = attngen.runtime.kernel.current_arch()
+    cubin = _kernel(spec).backward.cubin(arch)
+    assert cubin.source.plan.family == ("sm90_bwd" if arch.value == "sm90" else "sm80_bwd")
+    assert sorted(r.name for r in cubin.resources) == sorted(cubin.source.entry_names)
+    q, k, v, dout = _inputs(spec, (1, 1000, 1000, 4, 2), seed=41)
+    _check(spec, q, k, v, dout)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_atomic_dq_option_of_sm80_bwd_gives_the_same_gradients(head_dim: int) -> None:
+    """sm80_bwd's atomic dQ plan option (off by default: measured slower) stays correct."""
+    from attngen.codegen.renderer import render_bwd
+    from attngen.families.sm80_bwd import Sm80Backward
+    from attngen.planning.archs import arch_info
+    from attngen.toolchain.cache import compile_cached
+
+    spec = AttentionSpec(name=f"atomic{head_dim}", head_dim=head_dim, dtype="bf16", mask="causal")
+    arch = attngen.runtime.kernel.current_arch()
+    plan = Sm80Backward().plan(spec, arch_info(arch), atomic_dq=True)
+    assert plan.dq_atomic
+    kernel = attngen.compile(spec)
+    kernel.backward.cubins[arch] = compile_cached(render_bwd(plan))
+    for i, shape in enumerate([(1, 17, 17, 8, 1), (1, 1000, 129, 2, 1), (1, 257, 1000, 4, 2)]):
+        q, k, v, dout = _inputs(spec, shape, seed=500 + i)
+        got, want = _grads(kernel, q, k, v, dout), _reference_grads(spec, q, k, v, dout)
+        for name, g, r in zip(("dq", "dk", "dv"), got, want, strict=True):
+            err = relative_error(g, r)
+            print(f"bwd atomic {spec.name} q{tuple(q.shape)}: {name} rel err {err:.2e}")
+            assert err < GRAD_TOLERANCE[spec.dtype], f"{spec.name} {tuple(q.shape)}: {name} {err:.2e}"
 
 
 def test_deterministic_gradients_are_bitwise_equal() -> None:

@@ -167,9 +167,10 @@ class Sm80Backward(BackwardFamily):
 
     def coverage(self) -> Coverage:
         return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DType),
-                        masks=tuple(m.value for m in MaskKind), pipelines=(PipelineKind.multistage.value,),
-                        notes="every arch (sm80 and later), deterministic or not; bitwise reproducible gradients; "
-                              "where no family before it in FAMILIES serves")
+                        masks=tuple(m.value for m in MaskKind), pipelines=tuple(k.value for k in PipelineKind),
+                        notes="every arch (sm80 and later), deterministic or not (the spec's pipeline picks the "
+                              "forward's only); bitwise reproducible gradients; where no family before it in "
+                              "FAMILIES serves")
 
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
         return None

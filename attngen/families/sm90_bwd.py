@@ -74,8 +74,9 @@ class Sm90Backward(BackwardFamily):
 
     def coverage(self) -> Coverage:
         return Coverage(archs=("sm90",), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DType),
-                        masks=tuple(m.value for m in MaskKind), pipelines=("warp_specialized",),
-                        notes="non-deterministic specs only (dQ's rounding order varies from run to run)")
+                        masks=tuple(m.value for m in MaskKind), pipelines=tuple(k.value for k in PipelineKind),
+                        notes="non-deterministic specs only (dQ's rounding order varies from run to run); the "
+                              "spec's pipeline picks the forward's only")
 
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
         if arch_info(arch).wgmma_flops_per_clk == 0:

@@ -103,7 +103,7 @@ def _struct(fields: tuple[Field, ...]) -> type[Any]:
 
 def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, softmax_scale: float) -> Any:
-    """A backward parameter block of `fields` (abi.BWD_PARAMS, or a family's with more in front) with the
+    """A backward parameter block of `fields` (a family's: the common fields, maybe more in front) with the
     pointers, strides, shapes and scales every backward kernel reads; family-specific fields (TMA maps)
     are left for the family to fill."""
     params = _struct(fields)(

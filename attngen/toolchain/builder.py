@@ -59,7 +59,7 @@ def build(spec: AttentionSpec, arch: Arch | str) -> Cubin:
 
 def build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin:
     """Plan, render and compile the backward kernels of `spec` for `arch`: one cubin holding every kernel
-    the plan's family launches (sm80_bwd: preprocess, dK/dV, dQ; sm90_bwd: preprocess, wgmma dK/dV)."""
+    the plan's family launches (see attngen/families/*_bwd.py)."""
     from ..codegen.renderer import render_bwd
     from ..planning.planner_bwd import plan_bwd
     from .cache import compile_cached
