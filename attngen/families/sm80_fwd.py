@@ -11,11 +11,19 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar
 
-from ..codegen.abi import FWD_PARAMS, layout
+from ..codegen.abi import FWD_PARAMS, ctypes_struct, layout
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling
-from ..planning.planner import ForwardFamily, kernel_name, swizzle_chunks
+from ..planning.planner import ForwardFamily
+from ..planning.shared import (
+    ITER_OVERHEAD_CLK,
+    MAX_COPIES_PER_THREAD,
+    REF_HIDDEN,
+    REF_SEQLEN,
+    kernel_name,
+    swizzle_chunks,
+)
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, DType, MaskKind, PipelineKind
 from .base import Coverage
 
@@ -25,25 +33,18 @@ from .base import Coverage
 #: within 255 compiles without spills, and every tiling that spills is over 255 or over
 #: MAX_COPIES_PER_THREAD. Other NVRTC releases differ a little: the build re-plans around spills.
 REG_OVERHEAD = 16
-#: cp.async copies one thread issues per K (or V) tile. Past 16, ptxas keeps too many addresses
-#: live and spills (hd256, block_n 128, 4 warps: 344 B of spills at 255 registers; with 8 warps,
-#: 16 copies each, none).
-MAX_COPIES_PER_THREAD = 16
 #: Blocks of this many warps issue the K/V refill after S = Q K^T. Measured on the H100 (A/B of the
 #: same tiles, benchmarks/NOTES.md): 8-warp hd256 +4% (295 -> 307 TFLOP/s non-causal, 270 -> 279
 #: causal); 4-warp hd128 unchanged non-causal and -2% causal, so 4-warp blocks refill first.
 REFILL_LATE_WARPS = 8
-#: The workload the cost model ranks candidates on (FlashAttention-3 paper settings, mid-size).
-REF_SEQLEN = 4096
-REF_HIDDEN = 2048
 #: Resident warps per SM below which the cost model charges for exposed latency.
 WARPS_TO_HIDE_LATENCY = 8
-#: Fixed cost of one KV-block iteration (cp.async wait, barrier, loop and softmax bookkeeping),
-#: in clocks; another resident block overlaps it. 512 makes the model rank hd256 block_n 64 over 32
-#: as the H100 sweep measured (294 vs 270 TFLOP/s; benchmarks/NOTES.md).
-ITER_OVERHEAD_CLK = 512
 #: exp2 throughput of the special-function units: 16 per clock per SM on sm80 and later.
 MUFU_PER_CLK = 16
+#: The ctypes twin of the kernel's parameter block.
+_PARAMS = ctypes_struct(FWD_PARAMS, "FwdParams")
+#: The reference workload (REF_SEQLEN, REF_HIDDEN), the copy limit MAX_COPIES_PER_THREAD and the loop
+#: overhead ITER_OVERHEAD_CLK are shared with the backward families: planning/shared.py, with their reasons.
 
 
 def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
@@ -216,5 +217,5 @@ class Sm80Forward(ForwardFamily):
         from ..runtime.driver import launch
         from ..runtime.kernel import forward_params
 
-        params = forward_params(FWD_PARAMS, q, k, v, out, lse, softmax_scale)
+        params = forward_params(_PARAMS, q, k, v, out, lse, softmax_scale)
         launch(fn, (-(-q.shape[1] // plan.block_m), q.shape[2], q.shape[0]), plan.threads, stream, params)

@@ -13,25 +13,21 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..codegen.abi import HOPPER_FWD_PARAMS, layout
+from ..codegen.abi import HOPPER_FWD_PARAMS, ctypes_struct, layout
 from ..codegen.wgmma import attention_ops
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles
-from ..planning.planner import ForwardFamily, cost_terms, kernel_name, lowest_reason, predicted
+from ..planning.planner import ForwardFamily, cost_terms, lowest_reason, predicted
+from ..planning.shared import ALIGN_SLACK, PRODUCER_REGS, REF_HIDDEN, REF_SEQLEN, kernel_name, setmaxnreg_split
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, DType, MaskKind, PipelineKind
 from .base import Coverage
 
-#: Registers of a producer warpgroup after setmaxnreg.dec: it only computes copy coordinates.
-PRODUCER_REGS = 24
 #: Consumer registers beside O, S and P: descriptors, loop state, softmax statistics, addresses.
 #: Calibrated with -Xptxas=-v (NVRTC 13.5, sm_90a) over hd 64/128/256, block_n 64-192, 2 and 3
 #: consumer warpgroups: with the overlap, O + S + P = 196 spills 40 B at 240 registers and 188 does
 #: not; 128 spills 12 B at 160 and 124 does not. Without it no tiling within the budget spilled.
 CONSUMER_REG_OVERHEAD = 48
-#: Shared memory kept free to align the tiles to 1024 bytes (128-byte swizzle atoms) whatever
-#: address the dynamic shared memory starts at.
-ALIGN_SLACK = 1024
 #: mbarriers: Q, and full/empty of K and V per stage, 8 bytes each.
 BARRIER_BYTES_PER_STAGE = 4 * 8
 #: Fixed cost of one KV iteration of a consumer warpgroup (two mbarrier waits, wgmma fence, commit
@@ -43,8 +39,10 @@ SOFTMAX_COST_PER_EXP = 1.5
 MUFU_PER_CLK = 16
 #: L2 bandwidth over HBM bandwidth (H100: ~12 TB/s of L2 against 3 TB/s measured HBM).
 L2_OVER_HBM = 4
-REF_SEQLEN = 4096
-REF_HIDDEN = 2048
+#: The ctypes twin of the kernel's parameter block (TMA maps first).
+_PARAMS = ctypes_struct(HOPPER_FWD_PARAMS, "HopperFwdParams")
+#: The reference workload (REF_SEQLEN, REF_HIDDEN), the producer's registers (PRODUCER_REGS) and the
+#: TMA alignment slack (ALIGN_SLACK) are shared with the backward families: planning/shared.py.
 
 
 @dataclass(frozen=True)
@@ -100,9 +98,8 @@ def supports(spec: AttentionSpec, arch: Arch) -> str | None:
 
 def roles(info: ArchInfo, consumer_wgs: int, pingpong: bool, overlap: bool) -> WarpRoles:
     """The register split: what the producer gives up, shared by the consumers, in multiples of 8."""
-    total = info.regs_per_sm - 128 * PRODUCER_REGS
-    consumer = min(info.max_setmaxnreg, total // (128 * consumer_wgs) // 8 * 8)
-    return WarpRoles(consumer_warpgroups=consumer_wgs, producer_regs=PRODUCER_REGS, consumer_regs=consumer,
+    producer, consumer = setmaxnreg_split(info, consumer_wgs)
+    return WarpRoles(consumer_warpgroups=consumer_wgs, producer_regs=producer, consumer_regs=consumer,
                      pingpong=pingpong, intra_wg_overlap=overlap)
 
 
@@ -301,7 +298,7 @@ class Sm90Forward(ForwardFamily):
 
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
-        params = forward_params(HOPPER_FWD_PARAMS, q, k, v, out, lse, softmax_scale)
+        params = forward_params(_PARAMS, q, k, v, out, lse, softmax_scale)
         for field, t, rows in (("tma_q", q, plan.block_m), ("tma_k", k, plan.block_n), ("tma_v", v, plan.block_n)):
             tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
         launch(fn, (-(-q.shape[1] // plan.block_m), q.shape[2], q.shape[0]), plan.threads, stream, params)

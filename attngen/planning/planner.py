@@ -19,26 +19,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from .. import families
 from ..errors import PlanError
 from ..families.base import Direction, KernelFamily
-from ..spec.model import Arch, AttentionSpec, MaskKind, PipelineKind
+from ..spec.model import Arch, AttentionSpec, PipelineKind
 from . import search_space
 from .archs import ArchInfo, arch_info
 from .ir import Candidate, KernelPlan, Tiling
 
 if TYPE_CHECKING:
     from ..toolchain.artifacts import KernelSource
-
-
-def swizzle_chunks(head_dim: int) -> int:
-    """16-byte chunks per swizzle row: 8 (128-byte rows) when the head dim is a multiple of 64, else 4."""
-    return 8 if head_dim % 64 == 0 else 4
-
-
-def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind) -> str:
-    mask = spec.mask.value
-    if spec.mask is MaskKind.sliding_window and spec.window is not None:
-        left, right = (("inf" if w < 0 else str(w)) for w in spec.window)
-        mask = f"window_{left}_{right}"
-    return f"attn_fwd_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
 
 
 def overrides(spec: AttentionSpec) -> dict[str, int]:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 import os
 import threading
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from ..codegen.abi import Field, ctypes_struct, set_strides
+from ..codegen.abi import set_strides
 from ..codegen.cxx import DTYPE_TAGS
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
@@ -104,17 +103,12 @@ class AttentionKernel:
         forward_family(plan.family).launch(plan, fn, stream, q, k, v, out, lse, softmax_scale)
 
 
-@cache
-def _struct(fields: tuple[Field, ...]) -> type[Any]:
-    return ctypes_struct(fields, "FwdParams")
-
-
-def forward_params(fields: tuple[Field, ...], q: Any, k: Any, v: Any, out: Any, lse: Any, softmax_scale: float) -> Any:
-    """A forward parameter block of `fields` (a family's) with the pointers, strides, shapes and scale
-    every forward kernel reads; family-specific fields (TMA maps) are left for the family to fill."""
-    params = _struct(fields)(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-                             seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2], kv_heads=k.shape[2],
-                             scale_log2=softmax_scale * math.log2(math.e))
+def forward_params(struct: type[Any], q: Any, k: Any, v: Any, out: Any, lse: Any, softmax_scale: float) -> Any:
+    """A family's forward parameter block (`struct`, its ctypes twin) with the pointers, strides, shapes and
+    scale every forward kernel reads; family-specific fields (TMA maps) are left for the family to fill."""
+    params = struct(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
+                    seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2], kv_heads=k.shape[2],
+                    scale_log2=softmax_scale * math.log2(math.e))
     set_strides(params, q=q, k=k, v=v, o=out)
     return params
 
