@@ -21,7 +21,6 @@ from typer.core import TyperGroup
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .planning.ir import Candidate, KernelPlan
     from .spec.model import Arch, AttentionSpec
     from .toolchain.builder import BuildResult
 
@@ -305,7 +304,9 @@ def explain(
         out = {**kernel_plan.summary(), "families": dict(families), "backward": backward}
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
-    _print_explain(kernel_plan, families)
+    from .views import print_explain
+
+    print_explain(_console(), kernel_plan, families)
     _print_backward(backward)
 
 
@@ -349,51 +350,6 @@ def _spec_arch(spec: AttentionSpec) -> Arch:
     _fail(f"spec '{spec.name}' names no arch; pass --arch (one of {allowed})", EXIT_USAGE)
 
 
-def _print_explain(kernel_plan: KernelPlan, families: list[tuple[str, str]]) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from .planning.archs import arch_info
-    from .planning.planner import forward_family
-
-    info = arch_info(kernel_plan.arch)
-    spec = kernel_plan.spec
-    console = _console()
-    family = forward_family(kernel_plan.family)
-    console.print(f"[bold]{spec.name}[/] on {kernel_plan.arch.value} ({info.parts}), family {family.name}, pipeline "
-                  f"{kernel_plan.pipeline.value}: {info.smem_per_block} B shared memory per block, "
-                  f"{info.max_regs_per_thread} registers per thread")
-    for name, why in families:
-        console.print(f"family {name}: {escape(why)}", soft_wrap=True)
-    for line in family.explain_lines(kernel_plan):
-        console.print(escape(line), soft_wrap=True)
-    table = Table(show_lines=False)
-    for name in ("", "block_m x block_n", "warps", "stages", family.column, "smem B", "regs est",
-                 "fits / reason", "predicted us"):
-        table.add_column(name, justify="left" if name in ("", "fits / reason") else "right",
-                         overflow="fold")
-    for cand in sorted(kernel_plan.candidates, key=_candidate_order):
-        t = cand.tiling
-        chosen = t == kernel_plan.tiling
-        table.add_row("*" if chosen else "", f"{t.block_m} x {t.block_n}", str(t.num_warps), str(t.stages),
-                      "yes" if family.column_value(t) else "no",
-                      str(cand.smem_bytes), str(cand.regs_estimate),
-                      "fits" if cand.fits else f"[dim]{escape(cand.reason)}[/]",
-                      f"{cand.cost.predicted_us:.2f}" if cand.cost else "-",
-                      style="bold green" if chosen else None)
-    console.print(table)
-    t = kernel_plan.tiling
-    console.print(f"chosen: [bold]{kernel_plan.kernel_name}[/] block_m {t.block_m}, block_n {t.block_n}, "
-                  f"{t.num_warps} warps, {t.stages} stages, {kernel_plan.smem_bytes} B shared memory, "
-                  f"~{kernel_plan.regs_estimate} registers")
-    console.print(f"reason: {escape(kernel_plan.reason)}", soft_wrap=True)
-
-
-def _candidate_order(cand: Candidate) -> tuple[int, float]:
-    """Fitting candidates first, fastest first; then the rejected ones in search order."""
-    return (0 if cand.fits else 1, cand.cost.predicted_us if cand.cost else float("inf"))
-
-
 @app.command("list")
 def list_catalogue() -> None:
     """List the shipped catalogue of specs."""
@@ -418,26 +374,13 @@ def list_families(
     as_json: Annotated[bool, typer.Option("--json", help="Print the registry as JSON.")] = False,
 ) -> None:
     """List the kernel families (attngen.families): what each serves, from its coverage."""
-    from dataclasses import asdict
+    from .views import families_table, family_rows
 
-    from rich.markup import escape
-    from rich.table import Table
-
-    from .families import registry
-
-    rows = [{"name": f.name, "direction": f.direction.value, "path": f.path, **asdict(f.coverage())}
-            for f in registry()]
+    rows = family_rows()
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
-    table = Table(title="kernel families, in FAMILIES' order", title_justify="left")
-    columns = ("name", "direction", "path", "archs", "head_dims", "dtypes", "masks", "pipelines", "notes")
-    for name in columns:
-        table.add_column(name.replace("_", " "), overflow="fold")
-    for row in rows:
-        table.add_row(*(escape(", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v))
-                        for v in (row[c] for c in columns)))
-    _console().print(table)
+    _console().print(families_table(rows))
 
 
 def _display_path(path: Path) -> str:
