@@ -78,6 +78,13 @@ def test_auto_with_tiles_only_multistage_tries_takes_multistage_on_sm90() -> Non
     assert "whose search space holds the tiles" in wide.why
 
 
+def test_auto_with_no_serving_family_is_a_plan_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(families.get("sm80_fwd"), "refuses", lambda spec, arch: "switched off in this test")
+    with pytest.raises(PlanError, match="no forward kernel family serves spec 'none_bf16_hd96' on sm80: "
+                                        "sm90_fwd: sm80 has no wgmma .*; sm80_fwd: switched off in this test"):
+        plan(AttentionSpec(head_dim=96, dtype="bf16"), Arch.sm80)
+
+
 def test_considered_names_every_forward_family_and_why() -> None:
     p = plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm90)
     verdicts = dict(considered(p))

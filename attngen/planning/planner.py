@@ -230,6 +230,9 @@ def choose(spec: AttentionSpec, arch: Arch | str) -> Choice:
                             f"Remedy: use pipeline {_alternatives(spec, arch)} for this spec or arch")
         return Choice(serving[0], kind, f"the spec names pipeline '{kind.value}'", refused)
     pairs = [(f, k) for f in serving for k in f.auto_pipelines(spec)]
+    if not pairs:
+        raise PlanError(f"no forward kernel family serves spec '{spec.name}' on {arch.value}: "
+                        + "; ".join(f"{name}: {why}" for name, why in refused.items()))
     tiles = overrides(spec)
     chosen = pairs[0]
     why = "the first family in FAMILIES' order (the faster path first) that serves the spec"
