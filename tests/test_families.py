@@ -222,3 +222,22 @@ def test_backward_modules_reach_into_no_forward_module() -> None:
         modules = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         bad = [m for m in modules if m.endswith(("planning.planner", "sm80_fwd", "sm90_fwd", "kernel"))]
         assert not bad, (path, bad)
+
+
+def test_explain_names_the_backward_family_and_why_not_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from attngen.catalogue import catalogue_dir
+    from attngen.cli import app
+
+    monkeypatch.setenv("COLUMNS", "220")
+    spec = str(catalogue_dir() / "causal_bf16_hd128.yaml")
+    runner = CliRunner()
+    data = json.loads(runner.invoke(app, ["explain", spec, "--arch", "sm90", "--json"]).stdout)["backward"]
+    assert data["family"] == "sm90_bwd" and data["dkdv_wgmma"]["block_n"] == 128
+    assert data["families"]["sm80_bwd"] == "serves the spec, but sm90_bwd comes before it in FAMILIES' order"
+    text = runner.invoke(app, ["explain", spec, "--arch", "sm80"]).stdout
+    assert "backward: family sm80_bwd" in text and "backward family sm90_bwd: sm80 has no wgmma" in text
+    assert "atomic dQ (dK/dV kernel adds dQ with fp32 atomics) is a plan option, off" in " ".join(text.split())
