@@ -28,6 +28,8 @@ def print_explain(console: Console, kernel_plan: KernelPlan, families: list[tupl
     console.print(f"[bold]{spec.name}[/] on {kernel_plan.arch.value} ({info.parts}), family {family.name}, pipeline "
                   f"{kernel_plan.pipeline.value}: {info.smem_per_block} B shared memory per block, "
                   f"{info.max_regs_per_thread} registers per thread")
+    console.print(f"{kernel_plan.arch.value} offers matrix products by {escape(info.matrix_path)}, copies by "
+                  f"{escape(info.copy_path)}; family {family.name} uses {escape(family.path)}", soft_wrap=True)
     for name, why in families:
         console.print(f"family {name}: {escape(why)}", soft_wrap=True)
     for line in family.explain_lines(kernel_plan):

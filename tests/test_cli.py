@@ -184,6 +184,7 @@ def test_explain_table(runner: CliRunner, good: Path) -> None:
                  "reason:", "sm90", "232448"):
         assert word in out, word
     assert "fits" in out
+    assert "sm90 offers matrix products by wgmma (sm_90a), mma.sync, copies by TMA, cp.async" in out
 
 
 def test_explain_json(runner: CliRunner, good: Path) -> None:

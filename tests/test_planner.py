@@ -244,3 +244,17 @@ def test_hopper_register_split_and_budget_rejections() -> None:
     starved = [c for c in p.candidates if not c.fits and "registers" in c.reason]
     assert starved and all("consumer warpgroups get" in c.reason for c in starved)
     assert_within_budget(p)
+
+
+def test_every_arch_field_is_read() -> None:
+    """The budget table holds no field that nothing reads (each one is named outside archs.py)."""
+    import dataclasses
+    import pathlib
+    import re
+
+    from attngen.planning.archs import ArchInfo
+
+    package = pathlib.Path(__file__).resolve().parent.parent / "attngen"
+    sources = "\n".join(p.read_text() for p in package.rglob("*.py") if p.name != "archs.py")
+    unread = [f.name for f in dataclasses.fields(ArchInfo) if not re.search(rf"\.{f.name}\b", sources)]
+    assert unread == [], f"ArchInfo fields nothing reads: {unread}"

@@ -11,25 +11,35 @@ from dataclasses import dataclass
 
 from ..spec.model import Arch
 
+_K = 1024
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class ArchInfo:
+    """One GPU generation's budget and rates. Rows name every field (no positional rows)."""
+
     arch: Arch
+    #: The parts of the generation, as explain names them.
     parts: str
     #: NVRTC --gpu-architecture value. "a" targets unlock arch-specific features (wgmma, tcgen05)
     #: and run only on that exact generation.
     nvrtc_target: str
+    #: What the generation offers for matrix products and for copies into shared memory (explain's header).
+    matrix_path: str
+    copy_path: str
+    #: L1/shared-memory carve-out per SM.
     smem_per_sm: int
     #: Opt-in maximum dynamic shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin).
     smem_per_block: int
     #: Shared memory the driver reserves per resident block (1 KB since sm80).
-    smem_reserved_per_block: int
-    regs_per_sm: int
-    max_regs_per_thread: int
+    smem_reserved_per_block: int = _K
+    #: 64K 32-bit registers per SM on every generation here.
+    regs_per_sm: int = 65536
+    #: The ISA's limit per thread.
+    max_regs_per_thread: int = 255
     max_threads_per_sm: int
+    #: SMs of the generation's flagship part (cost model only: waves and tile efficiency).
     num_sms_hint: int
-    matrix_path: str
-    copy_path: str
     #: Dense fp16/bf16 FLOP per clock per SM through mma.sync (the cost model's matrix rate).
     mma_flops_per_clk: int
     #: Boost clock in GHz (cost model only).
@@ -49,35 +59,42 @@ class ArchInfo:
     max_setmaxnreg: int = 0
 
 
-_K = 1024
-
 ARCHS: dict[Arch, ArchInfo] = {
     # A100: 192 KB L1/smem per SM, of which up to 164 KB is carve-out; 163 KB per block opt-in.
     # 312 TFLOP/s / (108 SMs x 1.41 GHz) = 2048 FLOP/clk/SM; HBM2e 2039 GB/s.
-    Arch.sm80: ArchInfo(Arch.sm80, "A100, A30", "sm_80", 164 * _K, 166912, _K, 65536, 255, 2048, 108,
-                        "mma.sync m16n8k16", "cp.async", 2048, 1.41, 2039),
+    Arch.sm80: ArchInfo(arch=Arch.sm80, parts="A100, A30", nvrtc_target="sm_80", matrix_path="mma.sync m16n8k16",
+                        copy_path="cp.async", smem_per_sm=164 * _K, smem_per_block=166912, max_threads_per_sm=2048,
+                        num_sms_hint=108, mma_flops_per_clk=2048, clock_ghz=1.41, hbm_gbps=2039),
     # GA10x: 128 KB L1/smem per SM, 100 KB carve-out, 99 KB per block.
     # A10: 125 TFLOP/s / (72 x 1.695 GHz) ~ 1024 FLOP/clk/SM; GDDR6 600 GB/s.
-    Arch.sm86: ArchInfo(Arch.sm86, "A10, A40, RTX 30", "sm_86", 100 * _K, 101376, _K, 65536, 255, 1536, 84,
-                        "mma.sync m16n8k16", "cp.async", 1024, 1.70, 600),
+    Arch.sm86: ArchInfo(arch=Arch.sm86, parts="A10, A40, RTX 30", nvrtc_target="sm_86",
+                        matrix_path="mma.sync m16n8k16", copy_path="cp.async", smem_per_sm=100 * _K,
+                        smem_per_block=101376, max_threads_per_sm=1536, num_sms_hint=84, mma_flops_per_clk=1024,
+                        clock_ghz=1.70, hbm_gbps=600),
     # AD10x: same shared-memory geometry as GA10x.
     # L40S: 362 TFLOP/s / (142 x 2.52 GHz) ~ 1024 FLOP/clk/SM; GDDR6 864 GB/s.
-    Arch.sm89: ArchInfo(Arch.sm89, "L4, L40, RTX 40", "sm_89", 100 * _K, 101376, _K, 65536, 255, 1536, 58,
-                        "mma.sync m16n8k16 (+fp8 m16n8k32)", "cp.async", 1024, 2.52, 864),
+    Arch.sm89: ArchInfo(arch=Arch.sm89, parts="L4, L40, RTX 40", nvrtc_target="sm_89",
+                        matrix_path="mma.sync m16n8k16 (+fp8 m16n8k32)", copy_path="cp.async", smem_per_sm=100 * _K,
+                        smem_per_block=101376, max_threads_per_sm=1536, num_sms_hint=58, mma_flops_per_clk=1024,
+                        clock_ghz=2.52, hbm_gbps=864),
     # H100/H200: 256 KB L1/smem per SM, 228 KB carve-out, 227 KB per block.
     # mma.sync reaches about 2/3 of wgmma's 4096 FLOP/clk/SM; HBM3 3350 GB/s (3.0 TB/s measured).
-    Arch.sm90: ArchInfo(Arch.sm90, "H100, H200", "sm_90a", 228 * _K, 232448, _K, 65536, 255, 2048, 132,
-                        "wgmma (sm_90a), mma.sync", "TMA, cp.async", 2730, 1.83, 3000,
-                        wgmma_flops_per_clk=4096, max_setmaxnreg=240),
+    Arch.sm90: ArchInfo(arch=Arch.sm90, parts="H100, H200", nvrtc_target="sm_90a",
+                        matrix_path="wgmma (sm_90a), mma.sync", copy_path="TMA, cp.async", smem_per_sm=228 * _K,
+                        smem_per_block=232448, max_threads_per_sm=2048, num_sms_hint=132, mma_flops_per_clk=2730,
+                        clock_ghz=1.83, hbm_gbps=3000, wgmma_flops_per_clk=4096, max_setmaxnreg=240),
     # B200: same smem geometry as Hopper, plus 256 KB tensor memory.
     # Legacy mma.sync rate assumed Hopper-like; HBM3e 8000 GB/s.
-    Arch.sm100: ArchInfo(Arch.sm100, "B200, GB200", "sm_100a", 228 * _K, 232448, _K, 65536, 255, 2048, 148,
-                         "tcgen05 (sm_100a), mma.sync", "TMA, cp.async", 2730, 1.85, 8000,
-                         extra_registers=48),
+    Arch.sm100: ArchInfo(arch=Arch.sm100, parts="B200, GB200", nvrtc_target="sm_100a",
+                         matrix_path="tcgen05 (sm_100a), mma.sync", copy_path="TMA, cp.async", smem_per_sm=228 * _K,
+                         smem_per_block=232448, max_threads_per_sm=2048, num_sms_hint=148, mma_flops_per_clk=2730,
+                         clock_ghz=1.85, hbm_gbps=8000, extra_registers=48),
     # RTX 50: consumer Blackwell, GA10x-sized shared memory.
     # RTX 5090: ~1024 FLOP/clk/SM at fp32 accumulation; GDDR7 1792 GB/s.
-    Arch.sm120: ArchInfo(Arch.sm120, "RTX 50", "sm_120", 100 * _K, 101376, _K, 65536, 255, 1536, 170,
-                         "mma.sync m16n8k16", "TMA, cp.async", 1024, 2.41, 1792),
+    Arch.sm120: ArchInfo(arch=Arch.sm120, parts="RTX 50", nvrtc_target="sm_120", matrix_path="mma.sync m16n8k16",
+                         copy_path="TMA, cp.async", smem_per_sm=100 * _K, smem_per_block=101376,
+                         max_threads_per_sm=1536, num_sms_hint=170, mma_flops_per_clk=1024, clock_ghz=2.41,
+                         hbm_gbps=1792),
 }
 
 
