@@ -2,6 +2,8 @@
 
 ATTNGEN_CACHE_DIR   where compiled kernels are cached (default: $XDG_CACHE_HOME/attngen or ~/.cache/attngen)
 ATTNGEN_POISON      "1" fills op outputs with NaN before each launch (tests: unwritten outputs show)
+ATTNGEN_TEMPLATES   render from this folder of templates instead of the shipped one (A/B runs of a template
+                    change); its files enter every cache key through the generator hash
 """
 
 from __future__ import annotations
@@ -28,3 +30,9 @@ def key_environment() -> dict[str, str]:
 
 def poison_outputs() -> bool:
     return os.environ.get("ATTNGEN_POISON", "") == "1"
+
+
+def templates_override() -> Path | None:
+    """The folder ATTNGEN_TEMPLATES names, if any (read when the first kernel renders)."""
+    explicit = os.environ.get("ATTNGEN_TEMPLATES")
+    return Path(explicit).expanduser() if explicit else None

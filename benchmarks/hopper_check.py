@@ -116,13 +116,8 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--templates", default=None, help="render from this template directory (A/B a change)")
     args = ap.parse_args()
-    if args.templates:
-        import importlib
-        from pathlib import Path
-
-        renderer = importlib.import_module("attngen.codegen.renderer")
-        renderer.templates_dir = lambda: Path(args.templates)  # type: ignore[attr-defined]
-        renderer._environment.cache_clear()
+    if args.templates:  # before anything renders: the renderer and the cache key read it once
+        os.environ["ATTNGEN_TEMPLATES"] = args.templates
     if args.overlap is not None:
         args.overlap = bool(args.overlap)
     kernel, tag = build(args)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -46,13 +47,8 @@ def main() -> int:
     ap.add_argument("--tag", default="", help="label printed on every row")
     ap.add_argument("--pipeline", default="auto", help="the specs' pipeline (auto, multistage, pingpong, ...)")
     args = ap.parse_args()
-    if args.templates:
-        import importlib
-        from pathlib import Path
-
-        renderer = importlib.import_module("attngen.codegen.renderer")
-        renderer.templates_dir = lambda: Path(args.templates)  # type: ignore[attr-defined]
-        renderer._environment.cache_clear()
+    if args.templates:  # before anything renders: the renderer and the cache key read it once
+        os.environ["ATTNGEN_TEMPLATES"] = args.templates
     arch = current_arch()
     rows = []
     for d in map(int, args.head_dims.split(",")):

@@ -16,10 +16,15 @@ from ..toolchain.artifacts import KernelSource, Plan
 from .cxx import DTYPE_TAGS
 
 
-@lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
+    """The Jinja environment of the templates folder in use (paths.templates_dir), one per folder."""
+    return _environment_at(str(templates_dir()))
+
+
+@lru_cache(maxsize=4)
+def _environment_at(root: str) -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FileSystemLoader(root),
         undefined=jinja2.StrictUndefined,
         # PTX operands are written {%0, %1}: Jinja statements use <% %> instead of {% %}.
         block_start_string="<%",

@@ -47,10 +47,14 @@ def _hashed_files(root: Path, label: str) -> list[tuple[str, Path]]:
     return found
 
 
-@lru_cache(maxsize=1)
 def generator_hash() -> str:
-    """sha256 over every file of the attngen package and of the templates directory."""
-    files = _hashed_files(PACKAGE_DIR, "attngen") + _hashed_files(templates_dir(), "templates")
+    """sha256 over every file of the attngen package and of the templates folder in use."""
+    return _generator_hash_of(templates_dir())
+
+
+@lru_cache(maxsize=4)
+def _generator_hash_of(templates: Path) -> str:
+    files = _hashed_files(PACKAGE_DIR, "attngen") + _hashed_files(templates, "templates")
     digest = hashlib.sha256()
     for name, path in sorted(files):
         digest.update(name.encode() + b"\0")
