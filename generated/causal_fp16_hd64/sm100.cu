@@ -27,6 +27,7 @@ constexpr int kKTileBytes = 16384;
 static_assert(kBlockM == 16 * kWarpMTiles * kWarps, "block_m must be 16 x warp tiles x warps");
 static_assert(kHeadDim % (8 * kSwizzleChunks) == 0, "head_dim must fill whole swizzle groups");
 static_assert(kBlockN % 16 == 0, "block_n must be a multiple of 16");
+static_assert(kSmemKV + kStages * kStageBytes == 73728, "planner and template disagree on shared memory");
 }  // namespace attngen
 
 // ---- PTX wrappers: the only inline assembly of the kernel -------------------------------------

@@ -36,6 +36,8 @@ static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block_n: k-steps of 16, wgmm
 static_assert(kQTileBytes == kBlockM * kHeadDim * kElemBytes && kKVTileBytes == kBlockN * kHeadDim * kElemBytes, "tile bytes");
 static_assert(kSmemK % 1024 == 0 && kKVTileBytes % 1024 == 0 && kSmemBar >= kSmemV + kStages * kKVTileBytes,
               "128-byte swizzled tiles sit on 1024-byte boundaries, barriers after them");
+static_assert(kSmemBar + 8 + 4 * 8 * kStages + 1024 == 222280,
+              "planner and template disagree on shared memory (barriers: Q, then full/empty of K and V per stage)");
 static_assert(!kPingpong || kConsumerWGs == 2, "ping-pong alternates two consumer warpgroups");
 }  // namespace attngen
 
