@@ -546,3 +546,26 @@ def test_backward_report_renders_ratios(tmp_path: Path) -> None:
     assert "nan" in backward.markdown([failed], "# t")
     paths = backward.write([row], tmp_path / "bwd", {"gpu": "NVIDIA H100", "line": "x"})
     assert [p.name for p in paths] == ["bwd.json", "bwd.md"] and all(p.is_file() for p in paths)
+
+
+def test_backward_runs_on_the_forward_harness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bench --backward` walks model.grid's configurations and compiles once per (head dim, causal)."""
+    from attngen.bench import backward
+    from attngen.bench.model import Config
+
+    compiled: list[tuple[int, bool]] = []
+    monkeypatch.setattr(backward, "_compile", lambda cfg, dtype: compiled.append((cfg.head_dim, cfg.causal)) or {})
+
+    def fake_row(cfg: Config, dtype: str, kernels: dict[str, object]) -> dict[str, object]:
+        assert cfg.batch == max(1, 16384 // cfg.seqlen) and cfg.heads == 2048 // cfg.head_dim
+        done = {"bwd_tflops": 1.0, "fwdbwd_tflops": 1.0}
+        return {"head_dim": cfg.head_dim, "seqlen": cfg.seqlen, "causal": cfg.causal, "dtype": dtype,
+                **{k: done for k in ("attngen", "attngen_deterministic", *backward.PEERS)}}
+
+    monkeypatch.setattr(backward, "_row", fake_row)
+    lines: list[str] = []
+    rows = backward.run((64, 128), (8192, 2048), (False, True), "bf16", log=lines.append)
+    assert compiled == [(64, False), (64, True), (128, False), (128, True)]
+    assert [(r["head_dim"], r["causal"], r["seqlen"]) for r in rows] == [
+        (d, c, s) for d in (64, 128) for c in (False, True) for s in (2048, 8192)]
+    assert len(lines) == len(rows)

@@ -1,9 +1,10 @@
 """The backward benchmark (`attngen bench --backward`): backward and forward+backward against the SDPA
 flash (FlashAttention-2) and cuDNN backends, and attngen's deterministic mode as a ratio to its default.
 
-FlashAttention-3 paper settings (batch = 16384 / seqlen, heads = 2048 / head_dim); backward FLOPs =
-2.5 x forward, forward+backward 3.5 x. Every implementation's dQ is checked against float64 autograd
-(batch 0, heads 0-1) before it is timed. Writes bwd.json and bwd.md.
+The forward benchmark's harness: its configurations (model.Config, FlashAttention-3 paper settings), its
+timer (measure.time_ms) and its SDPA backends (peers.SDPA_BACKENDS); backward FLOPs = 2.5 x forward,
+forward+backward 3.5 x. Every implementation's dQ is checked against float64 autograd (batch 0, heads
+0-1) before it is timed. Writes bwd.json and bwd.md.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from .measure import time_ms, torch_dtype
+from .model import Config, grid
+from .peers import SDPA_BACKENDS
 
 PEERS = ("flash", "cudnn")
 #: dQ relative error a timed implementation must stay under (bf16 and fp16).
@@ -26,7 +31,7 @@ def _impl(kind: str, kernel: Any, causal: bool) -> Callable[..., Any]:
 
     if kind.startswith("attngen"):
         return lambda q, k, v: kernel(q, k, v)
-    backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[kind]
+    backend = getattr(SDPBackend, SDPA_BACKENDS[kind])
 
     def run(q: Any, k: Any, v: Any) -> Any:
         with sdpa_kernel(backend):
@@ -51,12 +56,6 @@ def _dq_error(dq: Any, q: Any, k: Any, v: Any, dout: Any, causal: bool) -> float
     return ((got - ref).norm() / ref.norm()).item()
 
 
-def _time(fn: Callable[[], Any]) -> float:
-    import triton.testing
-
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-
-
 def measure(kind: str, fwd: Callable[..., Any], q: Any, k: Any, v: Any, dout: Any, causal: bool,
             flops_fwd: float) -> dict[str, Any]:
     """Backward-only and forward+backward time of one implementation, after its dQ check."""
@@ -68,8 +67,8 @@ def measure(kind: str, fwd: Callable[..., Any], q: Any, k: Any, v: Any, dout: An
         err = _dq_error(grads[0], q, k, v, dout, causal)
         if not err < TOLERANCE:
             return {"error": f"dq relative error {err:.2e} over {TOLERANCE}"}
-        bwd_ms = _time(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
-        both_ms = _time(lambda: torch.autograd.grad(fwd(q, k, v), (q, k, v), dout))
+        bwd_ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+        both_ms = time_ms(lambda: torch.autograd.grad(fwd(q, k, v), (q, k, v), dout))
     except Exception as exc:  # a peer without a kernel for the shape is recorded, not fatal
         return {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
     return {"bwd_ms": bwd_ms, "bwd_tflops": 2.5 * flops_fwd / bwd_ms / 1e9, "fwdbwd_ms": both_ms,
@@ -78,32 +77,38 @@ def measure(kind: str, fwd: Callable[..., Any], q: Any, k: Any, v: Any, dout: An
 
 def run(head_dims: Sequence[int], seqlens: Sequence[int], causal_modes: Sequence[bool], dtype: str,
         log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    import torch
+    rows: list[dict[str, Any]] = []
+    kernels: dict[str, Any] = {}
+    for cfg in grid(head_dims, seqlens, causal_modes):
+        if kernels.get("key") != (cfg.head_dim, cfg.causal):
+            kernels = {"key": (cfg.head_dim, cfg.causal), **_compile(cfg, dtype)}
+        rows.append(_row(cfg, dtype, kernels))
+        log(line(rows[-1]))
+    return rows
 
+
+def _compile(cfg: Config, dtype: str) -> dict[str, Any]:
+    """attngen's kernel of the configuration, by default and deterministic."""
     import attngen
     from attngen.spec.model import AttentionSpec
 
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    rows = []
-    for d in head_dims:
-        for causal in causal_modes:
-            spec = AttentionSpec.model_validate({"head_dim": d, "dtype": dtype, "mask": "causal" if causal else "none"})
-            kernels = {"attngen": attngen.compile(spec),
-                       "attngen_deterministic": attngen.compile(spec.model_copy(
-                           update={"deterministic": True, "name": f"{spec.name}_det"}))}
-            for s in seqlens:
-                b, h = max(1, 16384 // s), 2048 // d
-                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch_dtype, requires_grad=True)
-                           for _ in range(3))
-                dout = torch.randn(b, s, h, d, device="cuda", dtype=torch_dtype)
-                flops_fwd = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-                row: dict[str, Any] = {"head_dim": d, "seqlen": s, "causal": causal, "dtype": dtype}
-                for kind in (*kernels, *PEERS):
-                    row[kind] = measure(kind, _impl(kind, kernels.get(kind), causal), q, k, v, dout, causal,
-                                        flops_fwd)
-                rows.append(row)
-                log(line(row))
-    return rows
+    spec = AttentionSpec.model_validate({"head_dim": cfg.head_dim, "dtype": dtype,
+                                         "mask": "causal" if cfg.causal else "none"})
+    det = spec.model_copy(update={"deterministic": True, "name": f"{spec.name}_det"})
+    return {"attngen": attngen.compile(spec), "attngen_deterministic": attngen.compile(det)}
+
+
+def _row(cfg: Config, dtype: str, kernels: dict[str, Any]) -> dict[str, Any]:
+    """One configuration: fresh random inputs, each implementation checked, then timed."""
+    import torch
+
+    shape = (cfg.batch, cfg.seqlen, cfg.heads, cfg.head_dim)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch_dtype(dtype), requires_grad=True) for _ in range(3))
+    dout = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype))
+    row: dict[str, Any] = {"head_dim": cfg.head_dim, "seqlen": cfg.seqlen, "causal": cfg.causal, "dtype": dtype}
+    for kind in ("attngen", "attngen_deterministic", *PEERS):
+        row[kind] = measure(kind, _impl(kind, kernels.get(kind), cfg.causal), q, k, v, dout, cfg.causal, cfg.flops)
+    return row
 
 
 def _get(row: dict[str, Any], kind: str, key: str) -> float:
