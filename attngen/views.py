@@ -62,7 +62,8 @@ def _candidate_order(cand: Candidate) -> tuple[int, float]:
 
 
 #: The columns of `attngen families`: a family's name, direction and path, then its Coverage's fields.
-FAMILY_COLUMNS = ("name", "direction", "path", "archs", "head_dims", "dtypes", "masks", "pipelines", "notes")
+FAMILY_COLUMNS = ("name", "direction", "path", "archs", "head_dims", "dtypes", "masks", "kv_layouts", "pipelines",
+                  "notes")
 
 
 def family_rows() -> list[dict[str, Any]]:

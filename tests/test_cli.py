@@ -249,8 +249,8 @@ def test_families_lists_the_registry(runner: CliRunner) -> None:
     result = runner.invoke(app, ["families"])
     _clean(result)
     assert result.exit_code == 0, result.stderr
-    for word in ("name", "direction", "path", "archs", "head dims", "dtypes", "masks", "pipelines", "notes",
-                 "sm90_fwd", "sm80_fwd", "mma.sync + cp.async", "warp_specialized"):
+    for word in ("name", "direction", "path", "archs", "head dims", "dtypes", "masks", "kv layouts", "pipelines",
+                 "notes", "sm90_fwd", "sm80_fwd", "mma.sync + cp.async", "warp_specialized"):
         assert word in result.stdout, word
     result = runner.invoke(app, ["families", "--json"])
     assert result.exit_code == 0, result.stderr
@@ -260,7 +260,8 @@ def test_families_lists_the_registry(runner: CliRunner) -> None:
     assert by_name["sm90_fwd"]["archs"] == ["sm90"] and by_name["sm90_fwd"]["head_dims"] == [64, 128, 192, 256]
     assert by_name["sm80_fwd"]["direction"] == "forward" and by_name["sm80_fwd"]["pipelines"] == ["multistage"]
     assert set(by_name["sm80_fwd"]) == {"name", "direction", "path", "archs", "head_dims", "dtypes", "masks",
-                                        "pipelines", "notes"}
+                                        "kv_layouts", "pipelines", "notes"}
+    assert all(r["kv_layouts"] == ["dense"] for r in rows)
 
 
 # ---- arguments --------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ from functools import lru_cache
 import jinja2
 
 from .. import __version__
+from ..features.dtype import dtype_trait
 from ..features.mask import mask_trait
 from ..paths import templates_dir
 from ..planning.ir import KernelPlan
 from ..toolchain.artifacts import KernelSource, Plan
-from .cxx import DTYPE_TAGS
 
 
 def _environment() -> jinja2.Environment:
@@ -61,7 +61,7 @@ def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
         "plan_line": plan_line,
         "arch": plan.arch.value,
         "kernel_name": plan.kernel_name,
-        "dtype": DTYPE_TAGS[spec.dtype],
+        "dtype": dtype_trait(spec.dtype),
         "head_dim": spec.head_dim,
         "mask": mask_trait(spec),
     }

@@ -27,12 +27,14 @@ class Direction(str, Enum):
 
 @dataclass(frozen=True)
 class Coverage:
-    """What a family serves, as `attngen families` lists it (each a tuple of spec values)."""
+    """What a family serves, as `attngen families` lists it (each a tuple of spec values). `dtypes`,
+    `masks` and `kv_layouts` name the traits it serves (attngen/features/): `serves` refuses the others."""
 
     archs: tuple[str, ...]
     head_dims: tuple[int, ...]
     dtypes: tuple[str, ...]
     masks: tuple[str, ...]
+    kv_layouts: tuple[str, ...]
     pipelines: tuple[str, ...]
     #: Anything else a spec must satisfy, in words ("non-deterministic specs only").
     notes: str = ""
@@ -53,7 +55,20 @@ class KernelFamily(ABC):
 
     @abstractmethod
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
-        """None when this family can build `spec` for `arch`; else why not, in words."""
+        """None when this family can build `spec` for `arch`; else why not, in words (`trait_refusal`
+        first)."""
+
+    def trait_refusal(self, spec: AttentionSpec) -> str | None:
+        """Why this family does not serve the spec's element type, mask kind or KV layout (the traits its
+        coverage lists), or None when it serves all three."""
+        from ..features.kv_layout import kv_layout_trait
+
+        cov = self.coverage()
+        for axis, value, served in (("dtype", spec.dtype.value, cov.dtypes), ("mask", spec.mask.value, cov.masks),
+                                    ("kv layout", kv_layout_trait(spec).name, cov.kv_layouts)):
+            if value not in served:
+                return f"{axis} {value}: {self.name} serves {', '.join(served) or 'none'}"
+        return None
 
     @abstractmethod
     def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None) -> Any:

@@ -21,12 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import BWD_PARAMS, layout
 from ..errors import PlanError
+from ..features.dtype import DTYPES, dtype_trait
+from ..features.kv_layout import KV_LAYOUTS
+from ..features.mask import MASKS
 from ..planning import shared
 from ..planning.archs import ArchInfo
 from ..planning.ir import BwdPlan, DkdvTiling, DqTiling
 from ..planning.planner_bwd import BackwardFamily, LoadFunction
 from ..planning.shared import kernel_name, swizzle_chunks
-from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, DType, MaskKind, PipelineKind
+from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
 
 if TYPE_CHECKING:
@@ -56,7 +59,7 @@ def d_chunks(spec: AttentionSpec) -> list[int]:
 def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_atomic: bool = False) -> int:
     """K and V resident; per stage a Q tile, a dO tile and block_m floats each of lse and D; with
     atomic dQ, the dS^T tile (rows padded by 16 bytes)."""
-    e = spec.dtype.itemsize
+    e = dtype_trait(spec.dtype).size
     ds = block_n * (block_m + 8) * e if dq_atomic else 0
     return 2 * block_n * spec.head_dim * e + stages * (2 * block_m * spec.head_dim * e + 2 * block_m * 4) + ds
 
@@ -73,7 +76,7 @@ def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int) -> int | None:
 
 def dq_smem(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> int:
     """Q and dO resident; per stage a K tile and a V tile."""
-    e = spec.dtype.itemsize
+    e = dtype_trait(spec.dtype).size
     return 2 * block_m * spec.head_dim * e + stages * 2 * block_n * spec.head_dim * e
 
 
@@ -94,7 +97,7 @@ def _check(info: ArchInfo, spec: AttentionSpec, smem: int, regs: int, rows: int,
         return f"needs {smem} B of shared memory; {info.arch.value} allows {info.smem_per_block} B per block"
     if regs > info.max_regs_per_thread:
         return f"needs ~{regs} registers per thread; at most {info.max_regs_per_thread}: it would spill"
-    copies = -(-(rows * spec.head_dim // 8) // threads)
+    copies = -(-(rows * spec.head_dim * dtype_trait(spec.dtype).size // shared.CP_ASYNC_BYTES) // threads)
     if copies > shared.MAX_COPIES_PER_THREAD:
         return f"{copies} cp.async copies per thread per tile; above {shared.MAX_COPIES_PER_THREAD} ptxas spills"
     return None
@@ -111,18 +114,20 @@ def dkdv_cost(spec: AttentionSpec, info: ArchInfo, t: DkdvTiling, dq_atomic: boo
     """At the reference workload: S^T and dP^T recomputed per head-dim slice, Q/dO re-read per KV block
     (and with atomic dQ, dS K for each slice)."""
     n, d, heads = shared.REF_SEQLEN, spec.head_dim, shared.REF_HIDDEN // spec.head_dim
+    e = dtype_trait(spec.dtype).size
     chunks = d // t.d_chunk
     return _relative_time(info, heads * n * n * (chunks * 4 * d + (6 if dq_atomic else 4) * d),
-                          heads * (n // t.block_n) * chunks * n * d * 4,
+                          heads * (n // t.block_n) * chunks * n * d * 2 * e,
                           heads * (n // t.block_n) * chunks * (n // t.block_m))
 
 
 def dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
     """At the reference workload: S and dP recomputed per head-dim slice, K/V re-read per query block."""
     n, d, heads = shared.REF_SEQLEN, spec.head_dim, shared.REF_HIDDEN // spec.head_dim
+    e = dtype_trait(spec.dtype).size
     chunks = d // t.d_chunk
     return _relative_time(info, heads * n * n * (chunks * 4 * d + 2 * d),
-                          heads * (n // t.block_m) * chunks * n * d * 4,
+                          heads * (n // t.block_m) * chunks * n * d * 2 * e,
                           heads * (n // t.block_m) * chunks * (n // t.block_n))
 
 
@@ -166,14 +171,15 @@ class Sm80Backward(BackwardFamily):
     template = "attn_bwd.cu.j2"
 
     def coverage(self) -> Coverage:
-        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DType),
-                        masks=tuple(m.value for m in MaskKind), pipelines=tuple(k.value for k in PipelineKind),
+        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
+                        masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
+                        pipelines=tuple(k.value for k in PipelineKind),
                         notes="every arch (sm80 and later), deterministic or not (the spec's pipeline picks the "
                               "forward's only); bitwise reproducible gradients; where no family before it in "
                               "FAMILIES serves")
 
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
-        return None
+        return self.trait_refusal(spec)
 
     # ---- planning ------------------------------------------------------------------------------
     def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None, *,

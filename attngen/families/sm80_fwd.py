@@ -12,11 +12,15 @@ import itertools
 from typing import Any, ClassVar
 
 from ..codegen.abi import FWD_PARAMS, ctypes_struct, layout
+from ..features.dtype import DTYPES, dtype_trait
+from ..features.kv_layout import KV_LAYOUTS
+from ..features.mask import MASKS
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling
 from ..planning.planner import ForwardFamily
 from ..planning.shared import (
+    CP_ASYNC_BYTES,
     ITER_OVERHEAD_CLK,
     MAX_COPIES_PER_THREAD,
     REF_HIDDEN,
@@ -24,7 +28,7 @@ from ..planning.shared import (
     kernel_name,
     swizzle_chunks,
 )
-from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, DType, MaskKind, PipelineKind
+from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, MaskKind, PipelineKind
 from .base import Coverage
 
 #: Registers beside the O, S and Q tiles and the per-tile A fragments: pointers, loop counters,
@@ -49,7 +53,7 @@ _PARAMS = ctypes_struct(FWD_PARAMS, "FwdParams")
 
 def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
     """Shared memory of one block: a resident Q tile, then `stages` K/V tile pairs."""
-    elem = spec.dtype.itemsize
+    elem = dtype_trait(spec.dtype).size
     q_bytes = tiling.block_m * spec.head_dim * elem
     k_bytes = tiling.block_n * spec.head_dim * elem
     v_bytes = k_bytes
@@ -76,7 +80,8 @@ def register_estimate(spec: AttentionSpec, tiling: Tiling, info: ArchInfo) -> in
 
 def copies_per_thread(spec: AttentionSpec, tiling: Tiling) -> int:
     """16-byte cp.async copies each thread issues for one K tile."""
-    return -(-(tiling.block_n * spec.head_dim // 8) // (tiling.num_warps * 32))
+    tile_bytes = tiling.block_n * spec.head_dim * dtype_trait(spec.dtype).size
+    return -(-(tile_bytes // CP_ASYNC_BYTES) // (tiling.num_warps * 32))
 
 
 def _blocks_per_sm(info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> int:
@@ -89,7 +94,7 @@ def _blocks_per_sm(info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> int:
 
 def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> CostEstimate:
     """Predicted time of one forward pass at the reference workload (batch x heads fill hidden 2048)."""
-    n, d, elem = REF_SEQLEN, spec.head_dim, spec.dtype.itemsize
+    n, d, elem = REF_SEQLEN, spec.head_dim, dtype_trait(spec.dtype).size
     heads = REF_HIDDEN // d
     causal = 0.5 if spec.mask is MaskKind.causal else 1.0
     m_blocks = -(-n // tiling.block_m)
@@ -167,8 +172,9 @@ class Sm80Forward(ForwardFamily):
     column = "q in regs"
 
     def coverage(self) -> Coverage:
-        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DType),
-                        masks=tuple(m.value for m in MaskKind), pipelines=tuple(k.value for k in self.pipelines),
+        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
+                        masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
+                        pipelines=tuple(k.value for k in self.pipelines),
                         notes="every arch (sm80 and later); `auto` where no family before it in FAMILIES serves")
 
     # ---- planning ------------------------------------------------------------------------------

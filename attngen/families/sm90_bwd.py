@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any
 from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout
 from ..codegen.wgmma import backward_ops
 from ..errors import PlanError
+from ..features.dtype import DTYPES, dtype_trait
+from ..features.kv_layout import KV_LAYOUTS
+from ..features.mask import MASKS
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import HopperBwdPlan, HopperBwdTiling
 from ..planning.planner_bwd import BackwardFamily, LoadFunction
 from ..planning.shared import ALIGN_SLACK, kernel_name, setmaxnreg_split
-from ..spec.model import Arch, AttentionSpec, DType, MaskKind, PipelineKind
+from ..spec.model import Arch, AttentionSpec, PipelineKind
 from .base import Coverage
 
 if TYPE_CHECKING:
@@ -44,7 +47,7 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The dK/dV tiling of a head dim it serves; PlanError with the arithmetic when the budget cannot hold it."""
     d, bn, st = spec.head_dim, BLOCK_N, STAGES
     bm = BLOCK_M[d]
-    e = spec.dtype.itemsize
+    e = dtype_trait(spec.dtype).size
     # dQ (block_m queries x head_dim over the block's KV rows) split between the two warpgroups: at
     # hd128 by columns (64 each), at hd64 with 128 queries by query rows (64 each); each product
     # covers all KV rows, so every element of the accumulator gets one add per block.
@@ -73,12 +76,15 @@ class Sm90Backward(BackwardFamily):
     template = "attn_bwd_hopper.cu.j2"
 
     def coverage(self) -> Coverage:
-        return Coverage(archs=("sm90",), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DType),
-                        masks=tuple(m.value for m in MaskKind), pipelines=tuple(k.value for k in PipelineKind),
+        return Coverage(archs=("sm90",), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
+                        masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
+                        pipelines=tuple(k.value for k in PipelineKind),
                         notes="non-deterministic specs only (dQ's rounding order varies from run to run); the "
                               "spec's pipeline picks the forward's only")
 
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
+        if why := self.trait_refusal(spec):
+            return why
         if arch_info(arch).wgmma_flops_per_clk == 0:
             return f"{arch.value} has no wgmma"
         if spec.deterministic:

@@ -15,12 +15,15 @@ from typing import Any, ClassVar
 
 from ..codegen.abi import HOPPER_FWD_PARAMS, ctypes_struct, layout
 from ..codegen.wgmma import attention_ops
+from ..features.dtype import DTYPES, dtype_trait
+from ..features.kv_layout import KV_LAYOUTS
+from ..features.mask import MASKS
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles
 from ..planning.planner import ForwardFamily, cost_terms, lowest_reason, predicted
 from ..planning.shared import ALIGN_SLACK, PRODUCER_REGS, REF_HIDDEN, REF_SEQLEN, kernel_name, setmaxnreg_split
-from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, DType, MaskKind, PipelineKind
+from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, MaskKind, PipelineKind
 from .base import Coverage
 
 #: Consumer registers beside O, S and P: descriptors, loop state, softmax statistics, addresses.
@@ -104,7 +107,7 @@ def roles(info: ArchInfo, consumer_wgs: int, pingpong: bool, overlap: bool) -> W
 
 
 def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
-    elem = spec.dtype.itemsize
+    elem = dtype_trait(spec.dtype).size
     q_bytes = tiling.block_m * spec.head_dim * elem
     kv_bytes = tiling.block_n * spec.head_dim * elem
     kv_offset = q_bytes
@@ -133,7 +136,7 @@ def enumerate_tilings(spec: AttentionSpec, pingpong: bool) -> list[Tiling]:
 
 def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool) -> CostEstimate:
     """Predicted forward time at the reference workload (one block per SM)."""
-    n, d, elem = REF_SEQLEN, spec.head_dim, spec.dtype.itemsize
+    n, d, elem = REF_SEQLEN, spec.head_dim, dtype_trait(spec.dtype).size
     heads = REF_HIDDEN // d
     causal = 0.5 if spec.mask is MaskKind.causal else 1.0
     m_blocks = -(-n // tiling.block_m)
@@ -200,8 +203,8 @@ class Sm90Forward(ForwardFamily):
     def coverage(self) -> Coverage:
         multiple = search_space.HOPPER_HEAD_DIM_MULTIPLE
         return Coverage(archs=search_space.HOPPER_ARCHS, head_dims=tuple(d for d in HEAD_DIMS if d % multiple == 0),
-                        dtypes=tuple(d.value for d in DType), masks=tuple(m.value for m in MaskKind),
-                        pipelines=tuple(k.value for k in self.pipelines),
+                        dtypes=tuple(d.value for d in DTYPES), masks=tuple(m.value for m in MASKS),
+                        kv_layouts=tuple(KV_LAYOUTS), pipelines=tuple(k.value for k in self.pipelines),
                         notes=f"head dims that are multiples of {multiple}; `auto` takes the measured pipeline and "
                               f"tiles of the head dim (MEASURED_TILES)")
 

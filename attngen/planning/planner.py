@@ -67,7 +67,7 @@ class ForwardFamily(KernelFamily):
         kind = spec.pipeline.kind
         if kind is not PipelineKind.auto and kind not in self.pipelines:
             return f"the spec names pipeline '{kind.value}'; {self.name} runs {_or(self.pipelines)}"
-        return self.refuses(spec, arch)
+        return self.trait_refusal(spec) or self.refuses(spec, arch)
 
     def refuses(self, spec: AttentionSpec, arch: Arch) -> str | None:
         """None when this family can build `spec` for `arch` (whatever its pipeline), else why not."""

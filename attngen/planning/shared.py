@@ -23,6 +23,8 @@ ITER_OVERHEAD_CLK = 512
 #: spills (hd256, block_n 128, 4 warps: 344 B of spills at 255 registers; with 8 warps, 16 copies
 #: each, none).
 MAX_COPIES_PER_THREAD = 16
+#: Bytes one cp.async copy moves (its 16-byte form, the widest).
+CP_ASYNC_BYTES = 16
 #: Shared memory kept free to align TMA tiles to 1024 bytes (128-byte swizzle atoms) whatever address
 #: the dynamic shared memory starts at.
 ALIGN_SLACK = 1024

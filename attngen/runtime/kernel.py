@@ -8,7 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import set_strides
-from ..codegen.cxx import DTYPE_TAGS
+from ..features.dtype import dtype_trait
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
 from . import op
@@ -116,7 +116,7 @@ def forward_params(struct: type[Any], q: Any, k: Any, v: Any, out: Any, lse: Any
 def _check_tensor(name: str, t: Any, spec: AttentionSpec) -> None:
     import torch
 
-    want = getattr(torch, DTYPE_TAGS[spec.dtype].torch)
+    want = getattr(torch, dtype_trait(spec.dtype).torch)
     if t.device.type != "cuda":
         raise ValueError(f"{name} must be a CUDA tensor, got a tensor on {t.device}")
     if t.dtype != want:

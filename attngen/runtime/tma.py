@@ -14,11 +14,16 @@ from dataclasses import dataclass
 
 from ..codegen.abi import TENSOR_MAP_BYTES
 from ..errors import LaunchError
+from ..features.dtype import trait_of_torch
 from .driver import check_result
 
 #: Bytes per box row: the widest row the 128-byte swizzle allows (64 16-bit or 32 fp32 columns).
 #: Every map is 128-byte swizzled.
 BOX_ROW_BYTES = 128
+#: The dQ accumulator's element type (its bulk reductions add fp32); the element types of Q, K, V and dO
+#: come from their dtype trait (features/dtype.py).
+FP32_DATA_TYPE = "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"
+FP32_BYTES = 4
 #: Maps kept per process (three per launch; a training step launches a few shapes).
 CACHE_SIZE = 64
 #: TMA strides: multiples of 16 bytes below 2^40 (cuTensorMapEncodeTiled).
@@ -34,12 +39,19 @@ class MapKey:
     #: Bytes between consecutive seqlen, heads and batch indices.
     strides: tuple[int, int, int]
     box_rows: int
-    #: fp32 elements (the dQ accumulator's bulk reductions), else 16-bit.
-    fp32: bool = False
+    #: The CUtensorMapDataType member of its elements (the dtype trait's `tma`, or FP32_DATA_TYPE).
+    data_type: str
+    #: Bytes per element.
+    elem_bytes: int
+
+    @property
+    def fp32(self) -> bool:
+        """fp32 elements (the dQ accumulator's bulk reductions)."""
+        return self.data_type == FP32_DATA_TYPE
 
     @property
     def box_cols(self) -> int:
-        return BOX_ROW_BYTES // (4 if self.fp32 else 2)
+        return BOX_ROW_BYTES // self.elem_bytes
 
 
 _CACHE: OrderedDict[MapKey, bytes] = OrderedDict()
@@ -47,13 +59,18 @@ _LOCK = threading.Lock()
 
 
 def map_key(t: object, box_rows: int) -> MapKey:
-    """The key of a 16-bit (batch, seqlen, heads, head_dim) torch tensor with a contiguous last dim.
+    """The key of a (batch, seqlen, heads, head_dim) torch tensor with a contiguous last dim: of an
+    attngen element type (its dtype trait gives the TMA type), or fp32 (the dQ accumulator).
 
     An empty dimension becomes 1 (a map cannot be empty; the kernel never reads past the true
     length); a dimension of size 1 gets a placeholder stride, since TMA rejects 0 and never uses it.
     """
     batch, seqlen, heads, head_dim = t.shape  # type: ignore[attr-defined]
-    elem = t.element_size()  # type: ignore[attr-defined]
+    if str(t.dtype) == "torch.float32":  # type: ignore[attr-defined]
+        data_type, elem = FP32_DATA_TYPE, FP32_BYTES
+    else:
+        trait = trait_of_torch(t.dtype)  # type: ignore[attr-defined]
+        data_type, elem = trait.tma, trait.size
     raw = (t.stride(1), t.stride(2), t.stride(0))  # type: ignore[attr-defined]
     seq_s, head_s, batch_s = (int(s) * elem if n > 1 else STRIDE_ALIGN
                               for s, n in zip(raw, (seqlen, heads, batch), strict=True))
@@ -63,9 +80,8 @@ def map_key(t: object, box_rows: int) -> MapKey:
             raise LaunchError(f"a tensor's {name} stride of {s} bytes cannot be described to TMA (a positive "
                               f"multiple of {STRIDE_ALIGN} below 2^40 is needed); pass a contiguous tensor")
     dims = (head_dim, max(1, seqlen), max(1, heads), max(1, batch))
-    fp32 = elem == 4
     return MapKey(address=t.data_ptr(), dims=dims, strides=strides, box_rows=box_rows,  # type: ignore[attr-defined]
-                  fp32=fp32)
+                  data_type=data_type, elem_bytes=elem)
 
 
 def describable(t: object) -> bool:
@@ -84,8 +100,7 @@ def describable(t: object) -> bool:
 def _encode(key: MapKey) -> bytes:
     from cuda.bindings import driver
 
-    types = driver.CUtensorMapDataType
-    dtype = types.CU_TENSOR_MAP_DATA_TYPE_FLOAT32 if key.fp32 else types.CU_TENSOR_MAP_DATA_TYPE_UINT16
+    dtype = getattr(driver.CUtensorMapDataType, key.data_type)
     swizzle = driver.CUtensorMapSwizzle
     u32, u64 = driver.cuuint32_t, driver.cuuint64_t
     err, tmap = driver.cuTensorMapEncodeTiled(

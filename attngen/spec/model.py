@@ -33,10 +33,6 @@ class DType(str, Enum):
     fp16 = "fp16"
     bf16 = "bf16"
 
-    @property
-    def itemsize(self) -> int:
-        return 2
-
 
 class MaskKind(str, Enum):
     none = "none"
