@@ -73,9 +73,17 @@ def register_estimate(spec: AttentionSpec, tiling: Tiling, info: ArchInfo) -> in
     # the scores (calibration: hd64 128 x 128 with 2 warp tiles spills 8 B at estimate 240, hd128
     # 128 x 64 with 2 warp tiles does not).
     s_acc = rows * tiling.block_n // 2 * 9 // 8
-    q_frag = rows * spec.head_dim // 4 if tiling.q_in_regs else 0  # packed 2 x 16-bit per register
+    q_frag = q_fragment_registers(spec, tiling)
     a_frag = 16 * rows                        # A fragments of the current and the next k-step
     return o_acc + s_acc + q_frag + a_frag + REG_OVERHEAD + info.extra_registers
+
+
+def q_fragment_registers(spec: AttentionSpec, tiling: Tiling) -> int:
+    """Registers of the Q fragments when Q stays in registers: (16 x d) elements per tile over 32 lanes,
+    packed into 4-byte registers."""
+    if not tiling.q_in_regs:
+        return 0
+    return tiling.warp_m_tiles * 16 * spec.head_dim * dtype_trait(spec.dtype).size // (32 * 4)
 
 
 def copies_per_thread(spec: AttentionSpec, tiling: Tiling) -> int:
@@ -150,7 +158,7 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
     if regs > info.max_regs_per_thread:
         return reject(f"needs ~{regs} registers per thread (O {tiling.warp_m_tiles * spec.head_dim // 2}"
                       f" + S {tiling.warp_m_tiles * tiling.block_n // 2 * 9 // 8}"
-                      f" + Q {tiling.warp_m_tiles * spec.head_dim // 4 if tiling.q_in_regs else 0}"
+                      f" + Q {q_fragment_registers(spec, tiling)}"
                       f" + A {16 * tiling.warp_m_tiles} + {REG_OVERHEAD} + {info.extra_registers} for "
                       f"{info.arch.value}); at most "
                       f"{info.max_regs_per_thread}: it would spill")

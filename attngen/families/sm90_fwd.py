@@ -120,8 +120,15 @@ def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
 def register_estimate(spec: AttentionSpec, tiling: Tiling) -> int:
     """Consumer registers per thread: O (64 x d) and S (64 x block_n) in fp32 over 128 threads, with
     the overlap also the previous block's P (packed two per register), and the overhead."""
-    p_regs = tiling.block_n // 4 if tiling.intra_wg_overlap else 0
-    return spec.head_dim // 2 + tiling.block_n // 2 + p_regs + CONSUMER_REG_OVERHEAD
+    return spec.head_dim // 2 + tiling.block_n // 2 + p_registers(spec, tiling) + CONSUMER_REG_OVERHEAD
+
+
+def p_registers(spec: AttentionSpec, tiling: Tiling) -> int:
+    """Registers of the previous block's P with the overlap: (64 x block_n) elements over 128 threads,
+    packed into 4-byte registers."""
+    if not tiling.intra_wg_overlap:
+        return 0
+    return 64 * tiling.block_n * dtype_trait(spec.dtype).size // (128 * 4)
 
 
 def enumerate_tilings(spec: AttentionSpec, pingpong: bool) -> list[Tiling]:
@@ -179,7 +186,7 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool
                       f"({layout_.q_bytes} Q + {tiling.stages} x {layout_.stage_bytes} K/V + barriers and "
                       f"{ALIGN_SLACK} alignment); {info.arch.value} allows {info.smem_per_block} B per block")
     if regs > cap:
-        p_regs = tiling.block_n // 4 if tiling.intra_wg_overlap else 0
+        p_regs = p_registers(spec, tiling)
         return reject(f"consumer needs ~{regs} registers (O {spec.head_dim // 2} + S {tiling.block_n // 2} + "
                       f"P {p_regs} + {CONSUMER_REG_OVERHEAD}); {tiling.consumer_warpgroups} consumer "
                       f"warpgroups get {cap} each after the producer keeps {PRODUCER_REGS}")
