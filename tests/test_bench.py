@@ -551,7 +551,6 @@ def test_backward_report_renders_ratios(tmp_path: Path) -> None:
 def test_backward_runs_on_the_forward_harness(monkeypatch: pytest.MonkeyPatch) -> None:
     """`bench --backward` walks model.grid's configurations and compiles once per (head dim, causal)."""
     from attngen.bench import backward
-    from attngen.bench.model import Config
 
     compiled: list[tuple[int, bool]] = []
     monkeypatch.setattr(backward, "_compile", lambda cfg, dtype: compiled.append((cfg.head_dim, cfg.causal)) or {})
