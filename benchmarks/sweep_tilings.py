@@ -20,6 +20,7 @@ import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attngen.codegen.renderer import render
+from attngen.planning.ir import WarpSpecializedTiling
 from attngen.planning.planner import plan, plan_with
 from attngen.runtime.kernel import AttentionKernel, current_arch
 from attngen.spec.model import AttentionSpec
@@ -88,9 +89,10 @@ def main() -> int:
                        "chosen": cand.tiling == base.tiling, "compile_s": compile_s}
                 rows.append(row)
                 t = cand.tiling
+                overlap = isinstance(t, WarpSpecializedTiling) and t.intra_wg_overlap
                 mode = "causal" if causal else "full  "
                 print(f"{args.tag}hd{d:3d} {mode} m{t.block_m:3d} n{t.block_n:3d} w{t.num_warps} "
-                      f"mt{t.warp_m_tiles} st{t.stages} qr{int(t.q_in_regs)} ov{int(t.intra_wg_overlap)} "
+                      f"mt{t.warp_m_tiles} st{t.stages} qr{int(t.q_in_regs)} ov{int(overlap)} "
                       f"pred {cand.cost.predicted_us:8.1f} "
                       f"{tf:6.1f} TF/s  flash {row['flash_tflops']:6.1f}  cudnn {row['cudnn_tflops']:6.1f}  "
                       f"err {err:.1e}"

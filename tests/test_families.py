@@ -12,6 +12,7 @@ from attngen import families
 from attngen.errors import PlanError
 from attngen.families import Direction
 from attngen.families.sm90_fwd import MEASURED_TILES
+from attngen.planning.ir import MultistageTiling, WarpSpecializedTiling
 from attngen.planning.planner import ForwardFamily, choose, considered, forward_families, plan, plan_with
 from attngen.spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind, Tiles
 
@@ -109,6 +110,23 @@ def test_plan_with_checks_the_tiling_belongs_to_the_family() -> None:
     assert plan_with(spec, Arch.sm90, multistage, pipeline=PipelineKind.multistage).family == "sm80_fwd"
     with pytest.raises(PlanError, match="is not a pingpong tiling"):
         plan_with(spec, Arch.sm90, multistage)
+
+
+@pytest.mark.parametrize(("kind", "tiling_type"), [(PipelineKind.multistage, MultistageTiling),
+                                                   (PipelineKind.warp_specialized, WarpSpecializedTiling),
+                                                   (PipelineKind.pingpong, WarpSpecializedTiling)])
+def test_each_forward_family_plans_its_own_tiling_type(kind: PipelineKind, tiling_type: type) -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16", pipeline=kind)
+    p = plan(spec, Arch.sm90)
+    assert type(p.tiling) is tiling_type and all(type(c.tiling) is tiling_type for c in p.candidates)
+    shared = set(MultistageTiling.model_fields) & set(WarpSpecializedTiling.model_fields)
+    assert shared == {"block_m", "block_n", "num_warps", "stages"}
+    # The summary keeps the multistage fields for every plan: a consumer warp owns one 16-row tile, Q stays in
+    # shared memory.
+    summary = p.summary()
+    assert (summary["warp_m_tiles"], summary["q_in_regs"]) == (p.tiling.warp_m_tiles, p.tiling.q_in_regs)
+    if tiling_type is WarpSpecializedTiling:
+        assert (summary["warp_m_tiles"], summary["q_in_regs"]) == (1, False)
 
 
 def test_tile_overrides_still_steer_the_plan_inside_a_family() -> None:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attngen.planning.ir import KernelPlan, Tiling
+from attngen.planning.ir import KernelPlan, MultistageTiling
 from attngen.planning.planner import plan
 from attngen.reference import schedule
 from attngen.reference.interp import interpret, reference_attention
@@ -34,8 +34,8 @@ def _spec(window: tuple[int, int], head_dim: int = 64, dtype: str = "bf16") -> A
 
 def _with_tiles(p: KernelPlan, block_m: int, block_n: int) -> KernelPlan:
     """The same plan with other tile sizes: exercises many blocks on small seqlens."""
-    tiling = Tiling(block_m=block_m, block_n=block_n, num_warps=max(1, block_m // 16), warp_m_tiles=1,
-                    stages=2, q_in_regs=True)
+    tiling = MultistageTiling(block_m=block_m, block_n=block_n, num_warps=max(1, block_m // 16), warp_m_tiles=1,
+                              stages=2, q_in_regs=True)
     return p.model_copy(update={"tiling": tiling})
 
 

@@ -17,7 +17,7 @@ from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
-from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling
+from ..planning.ir import Candidate, CostEstimate, KernelPlan, MultistageTiling, SmemLayout, Tiling
 from ..planning.planner import ForwardFamily
 from ..planning.shared import (
     CP_ASYNC_BYTES,
@@ -51,7 +51,7 @@ _PARAMS = ctypes_struct(FWD_PARAMS, "FwdParams")
 #: overhead ITER_OVERHEAD_CLK are shared with the backward families: planning/shared.py, with their reasons.
 
 
-def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
+def smem_layout(spec: AttentionSpec, tiling: MultistageTiling) -> SmemLayout:
     """Shared memory of one block: a resident Q tile, then `stages` K/V tile pairs."""
     elem = dtype_trait(spec.dtype).size
     q_bytes = tiling.block_m * spec.head_dim * elem
@@ -64,7 +64,7 @@ def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
                       swizzle_chunks=swizzle_chunks(spec.head_dim))
 
 
-def register_estimate(spec: AttentionSpec, tiling: Tiling, info: ArchInfo) -> int:
+def register_estimate(spec: AttentionSpec, tiling: MultistageTiling, info: ArchInfo) -> int:
     """32-bit registers per thread: O and S accumulators, optional Q fragments, A fragments, overhead
     and the target's reserve."""
     rows = tiling.warp_m_tiles  # 16-row tiles; each thread holds 2 rows of each
@@ -86,13 +86,13 @@ def q_fragment_registers(spec: AttentionSpec, tiling: Tiling) -> int:
     return tiling.warp_m_tiles * 16 * spec.head_dim * dtype_trait(spec.dtype).size // (32 * 4)
 
 
-def copies_per_thread(spec: AttentionSpec, tiling: Tiling) -> int:
+def copies_per_thread(spec: AttentionSpec, tiling: MultistageTiling) -> int:
     """16-byte cp.async copies each thread issues for one K tile."""
     tile_bytes = tiling.block_n * spec.head_dim * dtype_trait(spec.dtype).size
     return -(-(tile_bytes // CP_ASYNC_BYTES) // (tiling.num_warps * 32))
 
 
-def _blocks_per_sm(info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> int:
+def _blocks_per_sm(info: ArchInfo, tiling: MultistageTiling, smem: int, regs: int) -> int:
     threads = tiling.num_warps * 32
     by_smem = info.smem_per_sm // (smem + info.smem_reserved_per_block)
     by_regs = info.regs_per_sm // (max(regs, 32) * threads)
@@ -100,7 +100,8 @@ def _blocks_per_sm(info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> int:
     return max(0, min(by_smem, by_regs, by_threads))
 
 
-def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, smem: int, regs: int) -> CostEstimate:
+def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: MultistageTiling, smem: int,
+                  regs: int) -> CostEstimate:
     """Predicted time of one forward pass at the reference workload (batch x heads fill hidden 2048)."""
     n, d, elem = REF_SEQLEN, spec.head_dim, dtype_trait(spec.dtype).size
     heads = REF_HIDDEN // d
@@ -134,16 +135,16 @@ def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, smem: int
                         latency_hiding=round(hiding, 3), predicted_us=round(predicted, 2))
 
 
-def enumerate_tilings(spec: AttentionSpec) -> list[Tiling]:
+def enumerate_tilings(spec: AttentionSpec) -> list[MultistageTiling]:
     """The multistage search space (search_space.MULTISTAGE) with the spec's stages, Q in registers or not."""
     space = search_space.MULTISTAGE
     stages = (spec.pipeline.stages,) if spec.pipeline.stages else space.auto_stages
-    return [Tiling(block_m=b.block_m, block_n=bn, num_warps=b.num_warps, warp_m_tiles=b.warp_m_tiles, stages=st,
-                   q_in_regs=q_regs, refill_late=b.num_warps >= REFILL_LATE_WARPS)
+    return [MultistageTiling(block_m=b.block_m, block_n=bn, num_warps=b.num_warps, warp_m_tiles=b.warp_m_tiles,
+                             stages=st, q_in_regs=q_regs, refill_late=b.num_warps >= REFILL_LATE_WARPS)
             for b, bn, st, q_regs in itertools.product(space.blocks, space.block_ns, stages, (True, False))]
 
 
-def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
+def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: MultistageTiling) -> Candidate:
     layout_ = smem_layout(spec, tiling)
     smem, regs = layout_.total_bytes, register_estimate(spec, tiling, info)
     dims = f"hd{spec.head_dim} {spec.dtype.value} block_m {tiling.block_m} block_n {tiling.block_n}"
@@ -172,6 +173,12 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling) -> Candidate:
     return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=True, reason="fits", cost=cost)
 
 
+def multistage(tiling: Tiling) -> MultistageTiling:
+    """`tiling` as this family's own kind (its plans and candidates hold no other)."""
+    assert isinstance(tiling, MultistageTiling), f"sm80_fwd plans multistage tilings, not {tiling!r}"
+    return tiling
+
+
 class Sm80Forward(ForwardFamily):
     name = "sm80_fwd"
     path = "mma.sync + cp.async"
@@ -186,17 +193,17 @@ class Sm80Forward(ForwardFamily):
                         notes="every arch (sm80 and later); `auto` where no family before it in FAMILIES serves")
 
     # ---- planning ------------------------------------------------------------------------------
-    def enumerate_tilings(self, spec: AttentionSpec, kind: PipelineKind) -> list[Tiling]:
+    def enumerate_tilings(self, spec: AttentionSpec, kind: PipelineKind) -> list[MultistageTiling]:
         return enumerate_tilings(spec)
 
     def evaluate(self, spec: AttentionSpec, info: ArchInfo, tiling: Tiling, kind: PipelineKind) -> Candidate:
-        return evaluate(spec, info, tiling)
+        return evaluate(spec, info, multistage(tiling))
 
     def assemble(self, spec: AttentionSpec, arch: Arch, kind: PipelineKind, best: Candidate, reason: str,
                  candidates: tuple[Candidate, ...]) -> KernelPlan:
         info = arch_info(arch)
         assert best.cost is not None
-        t = best.tiling
+        t = multistage(best.tiling)
         # __launch_bounds__ min blocks: as many as the budget lets reside, while keeping the 255 cap.
         min_blocks = max(1, min(best.cost.blocks_per_sm, info.regs_per_sm // (t.num_warps * 32 * 255) or 1))
         return KernelPlan(spec=spec, arch=arch, family=self.name, pipeline=kind,
@@ -205,18 +212,18 @@ class Sm80Forward(ForwardFamily):
                           min_blocks_per_sm=min_blocks, cost=best.cost, reason=reason, candidates=candidates)
 
     def owns(self, tiling: Tiling) -> bool:
-        return tiling.consumer_warpgroups == 0
+        return isinstance(tiling, MultistageTiling)
 
     def describe(self, tiling: Tiling) -> str:
         t = tiling
         return f"block_m {t.block_m}, block_n {t.block_n}, {t.num_warps} warps, {t.stages} stages"
 
     def column_value(self, tiling: Tiling) -> bool:
-        return tiling.q_in_regs
+        return multistage(tiling).q_in_regs
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: KernelPlan) -> str:
-        t = plan.tiling
+        t = multistage(plan.tiling)
         return (f"{plan.pipeline.value} block_m={t.block_m} block_n={t.block_n} warps={t.num_warps} "
                 f"warp_m_tiles={t.warp_m_tiles} stages={t.stages} q_in_regs={t.q_in_regs} smem={plan.smem_bytes}B")
 

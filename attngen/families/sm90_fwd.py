@@ -20,7 +20,7 @@ from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
-from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles
+from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles, WarpSpecializedTiling
 from ..planning.planner import ForwardFamily, cost_terms, lowest_reason, predicted
 from ..planning.shared import ALIGN_SLACK, PRODUCER_REGS, REF_HIDDEN, REF_SEQLEN, kernel_name, setmaxnreg_split
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, MaskKind, PipelineKind
@@ -80,7 +80,7 @@ def auto_pipeline(spec: AttentionSpec) -> PipelineKind:
     return measured.pipeline if measured else PipelineKind.pingpong
 
 
-def measured_preference(spec: AttentionSpec, tiling: Tiling) -> int:
+def measured_preference(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:
     """0 for the head dim's measured configuration, 1 otherwise (the ranking's first key)."""
     want = MEASURED_TILES.get(spec.head_dim)
     if want is None:
@@ -106,7 +106,7 @@ def roles(info: ArchInfo, consumer_wgs: int, pingpong: bool, overlap: bool) -> W
                      pingpong=pingpong, intra_wg_overlap=overlap)
 
 
-def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
+def smem_layout(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> SmemLayout:
     elem = dtype_trait(spec.dtype).size
     q_bytes = tiling.block_m * spec.head_dim * elem
     kv_bytes = tiling.block_n * spec.head_dim * elem
@@ -117,13 +117,13 @@ def smem_layout(spec: AttentionSpec, tiling: Tiling) -> SmemLayout:
                       stage_bytes=2 * kv_bytes, total_bytes=total, swizzle_chunks=8, barrier_offset=barrier_offset)
 
 
-def register_estimate(spec: AttentionSpec, tiling: Tiling) -> int:
+def register_estimate(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:
     """Consumer registers per thread: O (64 x d) and S (64 x block_n) in fp32 over 128 threads, with
     the overlap also the previous block's P (packed two per register), and the overhead."""
     return spec.head_dim // 2 + tiling.block_n // 2 + p_registers(spec, tiling) + CONSUMER_REG_OVERHEAD
 
 
-def p_registers(spec: AttentionSpec, tiling: Tiling) -> int:
+def p_registers(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:
     """Registers of the previous block's P with the overlap: (64 x block_n) elements over 128 threads,
     packed into 4-byte registers."""
     if not tiling.intra_wg_overlap:
@@ -131,17 +131,17 @@ def p_registers(spec: AttentionSpec, tiling: Tiling) -> int:
     return 64 * tiling.block_n * dtype_trait(spec.dtype).size // (128 * 4)
 
 
-def enumerate_tilings(spec: AttentionSpec, pingpong: bool) -> list[Tiling]:
+def enumerate_tilings(spec: AttentionSpec, pingpong: bool) -> list[WarpSpecializedTiling]:
     """The pipeline's search space (search_space.PINGPONG or WARP_SPECIALIZED) with the spec's stages,
     the intra-warpgroup overlap on or off."""
     space = search_space.PINGPONG if pingpong else search_space.WARP_SPECIALIZED
     stages = (spec.pipeline.stages,) if spec.pipeline.stages else space.auto_stages
-    return [Tiling(block_m=b.block_m, block_n=bn, num_warps=b.num_warps, warp_m_tiles=1, stages=st, q_in_regs=False,
-                   consumer_warpgroups=b.consumer_warpgroups, intra_wg_overlap=overlap)
+    return [WarpSpecializedTiling(block_m=b.block_m, block_n=bn, num_warps=b.num_warps, stages=st,
+                                  consumer_warpgroups=b.consumer_warpgroups, intra_wg_overlap=overlap)
             for b, bn, st, overlap in itertools.product(space.blocks, space.block_ns, stages, (True, False))]
 
 
-def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool) -> CostEstimate:
+def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: WarpSpecializedTiling, pingpong: bool) -> CostEstimate:
     """Predicted forward time at the reference workload (one block per SM)."""
     n, d, elem = REF_SEQLEN, spec.head_dim, dtype_trait(spec.dtype).size
     heads = REF_HIDDEN // d
@@ -173,7 +173,7 @@ def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong:
                         predicted_us=round(predicted, 2))
 
 
-def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool) -> Candidate:
+def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: WarpSpecializedTiling, pingpong: bool) -> Candidate:
     layout_ = smem_layout(spec, tiling)
     smem, regs = layout_.total_bytes, register_estimate(spec, tiling)
     cap = roles(info, tiling.consumer_warpgroups, pingpong, tiling.intra_wg_overlap).consumer_regs
@@ -194,10 +194,16 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: Tiling, pingpong: bool
     return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=True, reason="fits", cost=cost)
 
 
-def describe_tiling(t: Tiling) -> str:
+def describe_tiling(t: WarpSpecializedTiling) -> str:
     """A tiling as the reasons name it: by its consumer warpgroups."""
     return (f"{t.consumer_warpgroups} consumer warpgroups, block_n {t.block_n}, {t.stages} stages, "
             f"overlap {t.intra_wg_overlap}")
+
+
+def warp_specialized(tiling: Tiling) -> WarpSpecializedTiling:
+    """`tiling` as this family's own kind (its plans and candidates hold no other)."""
+    assert isinstance(tiling, WarpSpecializedTiling), f"sm90_fwd plans warp-specialized tilings, not {tiling!r}"
+    return tiling
 
 
 class Sm90Forward(ForwardFamily):
@@ -231,15 +237,15 @@ class Sm90Forward(ForwardFamily):
         return f"{kind.value}, its default where no measurement names one"
 
     # ---- planning ------------------------------------------------------------------------------
-    def enumerate_tilings(self, spec: AttentionSpec, kind: PipelineKind) -> list[Tiling]:
+    def enumerate_tilings(self, spec: AttentionSpec, kind: PipelineKind) -> list[WarpSpecializedTiling]:
         return enumerate_tilings(spec, kind is PipelineKind.pingpong)
 
     def evaluate(self, spec: AttentionSpec, info: ArchInfo, tiling: Tiling, kind: PipelineKind) -> Candidate:
-        return evaluate(spec, info, tiling, kind is PipelineKind.pingpong)
+        return evaluate(spec, info, warp_specialized(tiling), kind is PipelineKind.pingpong)
 
     def rank_key(self, spec: AttentionSpec, c: Candidate) -> tuple[Any, ...]:
         """The measured tile table first, then the lowest predicted time, fewer bytes, fewer registers."""
-        return (measured_preference(spec, c.tiling), predicted(c), c.smem_bytes, c.regs_estimate)
+        return (measured_preference(spec, warp_specialized(c.tiling)), predicted(c), c.smem_bytes, c.regs_estimate)
 
     def choice_reason(self, spec: AttentionSpec, kind: PipelineKind, best: Candidate,
                       fitting: list[Candidate]) -> str:
@@ -250,10 +256,10 @@ class Sm90Forward(ForwardFamily):
         assert best.cost is not None
         cost = best.cost
         table = (f"the measured tiles of hd{spec.head_dim} (sm90_fwd.MEASURED_TILES: "
-                 f"{describe_tiling(best.tiling)}; an H100 sweep measured them fastest)")
+                 f"{self.describe(best.tiling)}; an H100 sweep measured them fastest)")
         model_pick = min(fitting, key=lambda c: (predicted(c), c.smem_bytes, c.regs_estimate))
         if predicted(model_pick) < cost.predicted_us:
-            return (f"{table}, chosen over the cost model's pick [{describe_tiling(model_pick.tiling)}] "
+            return (f"{table}, chosen over the cost model's pick [{self.describe(model_pick.tiling)}] "
                     f"({predicted(model_pick)} us predicted; this one {cost.predicted_us} us at seqlen "
                     f"{cost.ref_seqlen}: {cost_terms(best)})")
         return f"{table}, also the {lowest_reason(best, fitting)}"
@@ -261,7 +267,7 @@ class Sm90Forward(ForwardFamily):
     def assemble(self, spec: AttentionSpec, arch: Arch, kind: PipelineKind, best: Candidate, reason: str,
                  candidates: tuple[Candidate, ...]) -> KernelPlan:
         assert best.cost is not None
-        t = best.tiling
+        t = warp_specialized(best.tiling)
         split = roles(arch_info(arch), t.consumer_warpgroups, kind is PipelineKind.pingpong, t.intra_wg_overlap)
         return KernelPlan(spec=spec, arch=arch, family=self.name, pipeline=kind,
                           kernel_name=kernel_name(spec, arch, kind), tiling=t, threads=t.num_warps * 32,
@@ -269,13 +275,13 @@ class Sm90Forward(ForwardFamily):
                           min_blocks_per_sm=1, cost=best.cost, reason=reason, candidates=candidates, roles=split)
 
     def owns(self, tiling: Tiling) -> bool:
-        return tiling.consumer_warpgroups > 0
+        return isinstance(tiling, WarpSpecializedTiling)
 
     def describe(self, tiling: Tiling) -> str:
-        return describe_tiling(tiling)
+        return describe_tiling(warp_specialized(tiling))
 
     def column_value(self, tiling: Tiling) -> bool:
-        return tiling.intra_wg_overlap
+        return warp_specialized(tiling).intra_wg_overlap
 
     def explain_lines(self, plan: KernelPlan) -> list[str]:
         r = plan.roles

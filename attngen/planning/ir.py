@@ -11,8 +11,8 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Tiling(_Frozen):
-    """One point of the search space."""
+class MultistageTiling(_Frozen):
+    """One point of the sm80_fwd search space: mma.sync warps fed by a cp.async ring."""
 
     block_m: int
     block_n: int
@@ -24,10 +24,33 @@ class Tiling(_Frozen):
     q_in_regs: bool
     #: Issue the next K/V refill after S = Q K^T instead of before it.
     refill_late: bool = False
-    #: Hopper pipelines: wgmma consumer warpgroups of 64 query rows each (0: the mma.sync kernel).
-    consumer_warpgroups: int = 0
-    #: Hopper pipelines: softmax(j+1) runs while O += P(j) V(j) is in flight.
+
+
+class WarpSpecializedTiling(_Frozen):
+    """One point of the sm90_fwd search space: a TMA producer warpgroup and wgmma consumer warpgroups."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    stages: int
+    #: wgmma consumer warpgroups of 64 query rows each (block_m = 64 * consumer_warpgroups).
+    consumer_warpgroups: int
+    #: softmax(j+1) runs while O += P(j) V(j) is in flight.
     intra_wg_overlap: bool = False
+
+    @property
+    def warp_m_tiles(self) -> int:
+        """16-row tiles each consumer warp owns: one, its quarter of the warpgroup's m64 wgmma tile."""
+        return 1
+
+    @property
+    def q_in_regs(self) -> bool:
+        """wgmma reads Q from shared memory, never from registers."""
+        return False
+
+
+#: A forward family's tiling: each family plans, evaluates and renders its own kind.
+Tiling = MultistageTiling | WarpSpecializedTiling
 
 
 class CostEstimate(_Frozen):

@@ -12,7 +12,7 @@ plan that cannot be made.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -83,7 +83,7 @@ class ForwardFamily(KernelFamily):
 
     # ---- its search, budget and cost model -----------------------------------------------------
     @abstractmethod
-    def enumerate_tilings(self, spec: AttentionSpec, kind: PipelineKind) -> list[Tiling]:
+    def enumerate_tilings(self, spec: AttentionSpec, kind: PipelineKind) -> Sequence[Tiling]:
         """The tilings `kind` tries for `spec` (its search space with the spec's stages)."""
 
     @abstractmethod
@@ -97,7 +97,7 @@ class ForwardFamily(KernelFamily):
 
     @abstractmethod
     def owns(self, tiling: Tiling) -> bool:
-        """Whether `tiling` is one of this family's (plan_with's check)."""
+        """Whether `tiling` is of this family's own tiling type (plan_with's check)."""
 
     @abstractmethod
     def describe(self, tiling: Tiling) -> str:
