@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 TILE_FIELDS: tuple[str, ...] = ("block_m", "block_n", "num_warps")
 
@@ -50,23 +51,33 @@ HOPPER_AUTO_STAGES = (2, 3)
 
 
 @dataclass(frozen=True)
-class Block:
-    """One block shape a pipeline tries: its query rows, its warps and how the rows split among them."""
+class MultistageBlock:
+    """One block shape the multistage pipeline tries: its query rows, its warps, 16-row MMA tiles per warp."""
 
     block_m: int
     num_warps: int
-    #: multistage: 16-row MMA tiles per warp.
-    warp_m_tiles: int = 1
-    #: Hopper: wgmma consumer warpgroups of 64 rows (0: multistage).
-    consumer_warpgroups: int = 0
+    warp_m_tiles: int
 
 
 @dataclass(frozen=True)
-class Space:
+class WarpgroupBlock:
+    """One block shape a Hopper pipeline tries: its query rows, its warps (the producer warpgroup's
+    included), wgmma consumer warpgroups of 64 rows."""
+
+    block_m: int
+    num_warps: int
+    consumer_warpgroups: int
+
+
+BlockT = TypeVar("BlockT", MultistageBlock, WarpgroupBlock)
+
+
+@dataclass(frozen=True)
+class Space(Generic[BlockT]):
     """The tilings one pipeline enumerates: every block shape with every block_n."""
 
     pipeline: str
-    blocks: tuple[Block, ...]
+    blocks: tuple[BlockT, ...]
     block_ns: tuple[int, ...]
     auto_stages: tuple[int, ...]
     hopper: bool
@@ -84,13 +95,13 @@ class Space:
         return any(all(getattr(b, f) == v for f, v in tiles.items() if f != "block_n") for b in self.blocks)
 
 
-def _multistage_blocks() -> tuple[Block, ...]:
+def _multistage_blocks() -> tuple[MultistageBlock, ...]:
     shapes = ((MMA_M * mt * w, w, mt) for w in WARPS for mt in WARP_M_TILES)
-    return tuple(Block(block_m=m, num_warps=w, warp_m_tiles=mt) for m, w, mt in shapes if m <= MAX_BLOCK_M)
+    return tuple(MultistageBlock(block_m=m, num_warps=w, warp_m_tiles=mt) for m, w, mt in shapes if m <= MAX_BLOCK_M)
 
 
-def _hopper_blocks(consumer_wgs: Iterable[int]) -> tuple[Block, ...]:
-    return tuple(Block(block_m=WGMMA_M * c, num_warps=WARPS_PER_WARPGROUP * (c + 1), consumer_warpgroups=c)
+def _hopper_blocks(consumer_wgs: Iterable[int]) -> tuple[WarpgroupBlock, ...]:
+    return tuple(WarpgroupBlock(block_m=WGMMA_M * c, num_warps=WARPS_PER_WARPGROUP * (c + 1), consumer_warpgroups=c)
                  for c in consumer_wgs)
 
 
@@ -100,7 +111,7 @@ WARP_SPECIALIZED = Space("warp_specialized", _hopper_blocks(CONSUMER_WGS), HOPPE
 PINGPONG = Space("pingpong", _hopper_blocks(PINGPONG_CONSUMER_WGS), HOPPER_BLOCK_NS, HOPPER_AUTO_STAGES,
                  hopper=True)
 #: Every forward pipeline's space, by pipeline name (PipelineKind's values but auto).
-SPACES: dict[str, Space] = {s.pipeline: s for s in (MULTISTAGE, WARP_SPECIALIZED, PINGPONG)}
+SPACES: dict[str, Space[Any]] = {s.pipeline: s for s in (MULTISTAGE, WARP_SPECIALIZED, PINGPONG)}
 
 
 def all_values(field: str) -> tuple[int, ...]:
