@@ -8,11 +8,10 @@ from functools import lru_cache
 
 import jinja2
 
-from .. import __version__
+from .. import __version__, families
 from ..features.dtype import dtype_trait
 from ..features.mask import mask_trait
 from ..paths import templates_dir
-from ..planning.ir import KernelPlan
 from ..toolchain.artifacts import KernelSource, Plan
 
 
@@ -44,12 +43,6 @@ def _spec_line(plan: Plan) -> str:
     return f"head_dim={s.head_dim} dtype={s.dtype.value} mask={s.mask.value}{window}"
 
 
-def _plan_line(plan: KernelPlan) -> str:
-    from ..planning.planner import forward_family
-
-    return forward_family(plan.family).plan_line(plan)
-
-
 def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
     """The values every template reads: the stamp, the spec, the arch and the kernel name."""
     spec = plan.spec
@@ -67,40 +60,24 @@ def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
     }
 
 
-_common_context = common_context
-
-
-def render_source(plan: KernelPlan, template: str, values: Mapping[str, object],
+def render_source(plan: Plan, template: str, values: Mapping[str, object],
                   entry_names: tuple[str, ...]) -> KernelSource:
-    """`template` rendered with `values`: the KernelSource of `plan` (a family's render)."""
-    code = _environment().get_template(template).render(**values)
-    return KernelSource(plan=plan, code=code, entry_names=entry_names, spec_hash=plan.spec.spec_hash())
-
-
-def context(plan: KernelPlan) -> dict[str, object]:
-    """Every value the forward template of the plan's family reads."""
-    from ..planning.planner import forward_family
-
-    return forward_family(plan.family).context(plan)
-
-
-def render(plan: KernelPlan) -> KernelSource:
-    """The CUDA source of `plan`, from its family's template."""
-    from ..planning.planner import forward_family
-
-    return forward_family(plan.family).render(plan)
-
-
-def render_bwd_source(plan: Plan, template: str, values: Mapping[str, object],
-                      entry_names: tuple[str, ...]) -> KernelSource:
-    """`template` rendered with `values`: the KernelSource of a backward family's plan (one source, one
+    """`template` rendered with `values`: the KernelSource of `plan` (a family's render: one source, one
     cubin, every entry point the family launches)."""
     code = _environment().get_template(template).render(**values)
     return KernelSource(plan=plan, code=code, entry_names=entry_names, spec_hash=plan.spec.spec_hash())
 
 
+def context(plan: Plan) -> dict[str, object]:
+    """Every value the template of the plan's family reads."""
+    return families.get(plan.family).context(plan)
+
+
+def render(plan: Plan) -> KernelSource:
+    """The CUDA source of a forward plan, from its family's template."""
+    return families.get(plan.family).render(plan)
+
+
 def render_bwd(plan: Plan) -> KernelSource:
     """The backward kernels of one spec and arch, in one source, from the template of the plan's family."""
-    from ..planning.planner_bwd import backward_family
-
-    return backward_family(plan.family).render(plan)
+    return families.get(plan.family).render(plan)

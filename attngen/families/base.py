@@ -77,5 +77,9 @@ class KernelFamily(ABC):
         build's ptxas check) to the reason."""
 
     @abstractmethod
+    def context(self, plan: Any) -> dict[str, object]:
+        """Every value this family's template reads for `plan`."""
+
+    @abstractmethod
     def render(self, plan: Any) -> KernelSource:
         """The CUDA source of `plan` (from this family's template)."""

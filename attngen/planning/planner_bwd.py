@@ -50,9 +50,9 @@ class BackwardFamily(KernelFamily):
         """Every value the family's template reads."""
 
     def render(self, plan: Any) -> KernelSource:
-        from ..codegen.renderer import render_bwd_source
+        from ..codegen.renderer import render_source
 
-        return render_bwd_source(plan, self.template, self.context(plan), plan.entry_names)
+        return render_source(plan, self.template, self.context(plan), plan.entry_names)
 
     def explain_lines(self, plan: Any) -> list[str]:
         """What `explain` prints about the plan (its kernels and tiles), one line each."""
