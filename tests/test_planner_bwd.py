@@ -94,3 +94,20 @@ def test_hopper_backward_serves_sm90_hd128_unless_deterministic() -> None:
     why = dict(considered_bwd(spec.model_copy(update={"head_dim": 256}), "sm90"))
     assert "head_dim 256" in why["sm90_bwd"] and why["sm80_bwd"].startswith("chosen")
     assert "comes before it" in dict(considered_bwd(spec, "sm90"))["sm80_bwd"]
+
+
+def test_backward_layouts_are_computed_once() -> None:
+    """Each backward kernel's shared memory is the planner's stack of regions (the template asserts its tile
+    sizes fill them): offsets ascend from 0, and the total is the budgeted smem_bytes."""
+    from attngen.families.sm90_bwd import tiling as hopper_tiling
+    from attngen.planning.archs import arch_info
+
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    p = Sm80Backward().plan(spec, arch_info(Arch.sm90))
+    tilings = [p.dkdv, p.dq, hopper_tiling(spec, arch_info(Arch.sm90))]
+    for t in tilings:
+        offsets = [offset for _, offset in t.smem.offsets]
+        assert offsets[0] == 0 and offsets == sorted(offsets)
+        assert t.smem.total_bytes == t.smem_bytes
+    assert [name for name, _ in tilings[0].smem.offsets] == ["K", "V", "Stages", "DS"]
+    assert [name for name, _ in tilings[2].smem.offsets][:4] == ["K", "V", "Q", "DO"]

@@ -26,7 +26,7 @@ from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
 from ..planning import shared
 from ..planning.archs import ArchInfo
-from ..planning.ir import BwdPlan, DkdvTiling, DqTiling
+from ..planning.ir import BwdPlan, DkdvTiling, DqTiling, SmemRegions
 from ..planning.planner_bwd import BackwardFamily, LoadFunction
 from ..planning.shared import kernel_name, swizzle_chunks
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
@@ -56,12 +56,18 @@ def d_chunks(spec: AttentionSpec) -> list[int]:
     return [c for c in range(group, spec.head_dim + 1, group) if spec.head_dim % c == 0]
 
 
-def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_atomic: bool = False) -> int:
+def dkdv_layout(spec: AttentionSpec, block_n: int, block_m: int, stages: int,
+                dq_atomic: bool = False) -> SmemRegions:
     """K and V resident; per stage a Q tile, a dO tile and block_m floats each of lse and D; with
     atomic dQ, the dS^T tile (rows padded by 16 bytes)."""
     e = dtype_trait(spec.dtype).size
+    kv, q = block_n * spec.head_dim * e, block_m * spec.head_dim * e
     ds = block_n * (block_m + 8) * e if dq_atomic else 0
-    return 2 * block_n * spec.head_dim * e + stages * (2 * block_m * spec.head_dim * e + 2 * block_m * 4) + ds
+    return SmemRegions.stack([("K", kv), ("V", kv), ("Stages", stages * (2 * q + 2 * block_m * 4)), ("DS", ds)])
+
+
+def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_atomic: bool = False) -> int:
+    return dkdv_layout(spec, block_n, block_m, stages, dq_atomic).total_bytes
 
 
 def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int) -> int | None:
@@ -74,10 +80,15 @@ def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int) -> int | None:
     return cols if cols % 16 == 0 and cols <= MAX_ATOMIC_DQ_COLS else None
 
 
-def dq_smem(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> int:
+def dq_layout(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> SmemRegions:
     """Q and dO resident; per stage a K tile and a V tile."""
     e = dtype_trait(spec.dtype).size
-    return 2 * block_m * spec.head_dim * e + stages * 2 * block_n * spec.head_dim * e
+    q, kv = block_m * spec.head_dim * e, block_n * spec.head_dim * e
+    return SmemRegions.stack([("Q", q), ("DO", q), ("Stages", stages * 2 * kv)])
+
+
+def dq_smem(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> int:
+    return dq_layout(spec, block_m, block_n, stages).total_bytes
 
 
 def dkdv_registers(block_m: int, d_chunk: int, info: ArchInfo, dq_cols: int = 0) -> int:
@@ -140,14 +151,14 @@ def dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str], dq
             rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: no warp tiling of its dQ slice within "
                             f"{MAX_ATOMIC_DQ_COLS} columns per warp")
             continue
-        smem = dkdv_smem(spec, bn, bm, BWD_STAGES, dq_atomic)
-        regs = dkdv_registers(bm, dc, info, dq_cols)
+        layout = dkdv_layout(spec, bn, bm, BWD_STAGES, dq_atomic)
+        smem, regs = layout.total_bytes, dkdv_registers(bm, dc, info, dq_cols)
         why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
         if why:
             rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: {why}")
             continue
         out.append(DkdvTiling(num_warps=warps, block_n=bn, block_m=bm, d_chunk=dc, stages=BWD_STAGES,
-                              smem_bytes=smem, regs_estimate=regs))
+                              smem_bytes=smem, smem=layout, regs_estimate=regs))
     return out
 
 
@@ -155,13 +166,14 @@ def dq_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> l
     out = []
     for warps, bn, dc in itertools.product(DQ_WARPS, DQ_BLOCK_NS, d_chunks(spec)):
         bm = 16 * warps
-        smem, regs = dq_smem(spec, bm, bn, BWD_STAGES), dq_registers(bn, dc, info)
+        layout = dq_layout(spec, bm, bn, BWD_STAGES)
+        smem, regs = layout.total_bytes, dq_registers(bn, dc, info)
         why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
         if why:
             rejected.append(f"dq {bm}x{bn} d_chunk {dc}: {why}")
             continue
         out.append(DqTiling(num_warps=warps, block_m=bm, block_n=bn, d_chunk=dc, stages=BWD_STAGES,
-                            smem_bytes=smem, regs_estimate=regs))
+                            smem_bytes=smem, smem=layout, regs_estimate=regs))
     return out
 
 

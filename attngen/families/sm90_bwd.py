@@ -21,7 +21,7 @@ from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
 from ..planning.archs import ArchInfo, arch_info
-from ..planning.ir import HopperBwdPlan, HopperBwdTiling
+from ..planning.ir import HopperBwdPlan, HopperBwdTiling, SmemRegions
 from ..planning.planner_bwd import BackwardFamily, LoadFunction
 from ..planning.shared import ALIGN_SLACK, kernel_name, setmaxnreg_split
 from ..spec.model import Arch, AttentionSpec, PipelineKind
@@ -58,8 +58,12 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
     # would spill beside S^T and dP^T: 60 B at hd64), so P^T gets a tile beside dS^T.
     from_smem = bm == 128
-    smem = (2 * bn * d * e + 2 * st * bm * d * e + (2 if from_smem else 1) * bn * bm * e + (bn // 64) * 64 * dq_cols * 4
-            + (bn // 64) * 2 * 2 * bm * 4 + 8 * (1 + 2 * st) + ALIGN_SLACK)
+    wgs = bn // 64
+    layout = SmemRegions.stack([
+        ("K", bn * d * e), ("V", bn * d * e), ("Q", st * bm * d * e), ("DO", st * bm * d * e), ("DS", bn * bm * e),
+        ("P", bn * bm * e if from_smem else 0), ("DQ", wgs * 64 * dq_cols * 4), ("Rows", wgs * 2 * 2 * bm * 4),
+        ("Bar", 8 * (1 + 2 * st)), ("Slack", ALIGN_SLACK)])
+    smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
     regs = d + bm + REG_OVERHEAD
     if smem > info.smem_per_block or regs > consumer_regs:
@@ -67,7 +71,8 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                         f"{consumer_regs} registers")
     return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=producer_regs,
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
-                           dq_query_step=query_step, dkv_from_smem=from_smem, smem_bytes=smem, regs_estimate=regs)
+                           dq_query_step=query_step, dkv_from_smem=from_smem, smem_bytes=smem, smem=layout,
+                           regs_estimate=regs)
 
 
 class Sm90Backward(BackwardFamily):

@@ -79,6 +79,24 @@ class Candidate(_Frozen):
     cost: CostEstimate | None = None
 
 
+class SmemRegions(_Frozen):
+    """A block's dynamic shared memory as consecutive regions: (name, byte offset) in order, and the total.
+    The planner computes it once (`stack`); the template takes the offsets as kSmem<name> and asserts that
+    its own tile sizes fill each region exactly."""
+
+    offsets: tuple[tuple[str, int], ...]
+    total_bytes: int
+
+    @classmethod
+    def stack(cls, regions: list[tuple[str, int]]) -> SmemRegions:
+        """Regions of the given sizes, one after another from offset 0."""
+        offsets, at = [], 0
+        for name, size in regions:
+            offsets.append((name, at))
+            at += size
+        return cls(offsets=tuple(offsets), total_bytes=at)
+
+
 class SmemLayout(_Frozen):
     """Byte offsets into the block's dynamic shared memory."""
 
@@ -177,6 +195,8 @@ class DkdvTiling(_Frozen):
     d_chunk: int
     stages: int
     smem_bytes: int
+    #: The regions of smem_bytes, offsets computed once (SmemRegions.stack).
+    smem: SmemRegions
     regs_estimate: int
 
 
@@ -190,6 +210,8 @@ class DqTiling(_Frozen):
     d_chunk: int
     stages: int
     smem_bytes: int
+    #: The regions of smem_bytes, offsets computed once (SmemRegions.stack).
+    smem: SmemRegions
     regs_estimate: int
 
 
@@ -211,6 +233,8 @@ class HopperBwdTiling(_Frozen):
     #: dV and dK take P^T and dS^T from shared memory (A operands) instead of registers.
     dkv_from_smem: bool = False
     smem_bytes: int
+    #: The regions of smem_bytes, offsets computed once (SmemRegions.stack).
+    smem: SmemRegions
     regs_estimate: int
 
     @property
