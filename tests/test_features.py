@@ -197,4 +197,14 @@ def test_the_mma_k_width_is_the_instructions() -> None:
     from attngen.codegen.wgmma import attention_ops
 
     for trait in DTYPES.values():
-        assert all(f"k{trait.mma_k}_" in op.name for op in attention_ops(128, 128))
+        assert all(f"k{trait.mma_k}_" in op.name for op in attention_ops(128, 128, trait.mma_k))
+    assert all(op.name.startswith(("wgmma_m64n128k32_", "wgmma_m64n64k32_")) for op in attention_ops(128, 64, 32))
+    code = render(plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm90)).code
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in code
+
+
+def test_swizzle_rows_follow_the_element_size() -> None:
+    from attngen.planning.shared import swizzle_chunks
+
+    assert swizzle_chunks(64, 2) == 8 and swizzle_chunks(96, 2) == 4 and swizzle_chunks(128, 1) == 8
+    assert swizzle_chunks(64, 1) == 4 and swizzle_chunks(32, 4) == 8

@@ -23,6 +23,8 @@ class WgmmaOp:
     trans_b: bool
     #: A (from shared memory) is M-major, transposed by the instruction.
     trans_a: bool = False
+    #: K of one instruction: the element type's MMA k-width (features/dtype.py; 16 for 16-bit types).
+    k: int = 16
 
     def __post_init__(self) -> None:
         if not (MIN_N <= self.n <= MAX_N and self.n % N_STEP == 0):
@@ -32,7 +34,7 @@ class WgmmaOp:
 
     @property
     def name(self) -> str:
-        return (f"wgmma_m64n{self.n}k16_{'rs' if self.a_in_regs else 'ss'}{'_ta' if self.trans_a else ''}"
+        return (f"wgmma_m64n{self.n}k{self.k}_{'rs' if self.a_in_regs else 'ss'}{'_ta' if self.trans_a else ''}"
                 f"{'_tb' if self.trans_b else ''}")
 
     @property
@@ -78,15 +80,16 @@ class WgmmaOp:
         return f'{a}, "l"(desc_b), "r"(scale_d)'
 
 
-def backward_ops(block_m: int, head_dim: int, dq_cols: int) -> tuple[WgmmaOp, ...]:
+def backward_ops(block_m: int, head_dim: int, dq_cols: int, k: int) -> tuple[WgmmaOp, ...]:
     """The Hopper dK/dV kernel's instructions: S^T = K Q^T and dP^T = V dO^T (64 KV rows x block_m
     queries, both K-major); dV += P^T dO and dK += dS^T Q (A in registers, or K-major in shared
     memory; B MN-major); the dQ partial dS K (A = dS^T from shared memory, M-major; B = K, MN-major)."""
-    return (WgmmaOp(block_m, a_in_regs=False, trans_b=False), WgmmaOp(head_dim, a_in_regs=True, trans_b=True),
-            WgmmaOp(head_dim, a_in_regs=False, trans_b=True),
-            WgmmaOp(dq_cols, a_in_regs=False, trans_b=True, trans_a=True))
+    return (WgmmaOp(block_m, a_in_regs=False, trans_b=False, k=k), WgmmaOp(head_dim, a_in_regs=True, trans_b=True, k=k),
+            WgmmaOp(head_dim, a_in_regs=False, trans_b=True, k=k),
+            WgmmaOp(dq_cols, a_in_regs=False, trans_b=True, trans_a=True, k=k))
 
 
-def attention_ops(block_n: int, head_dim: int) -> tuple[WgmmaOp, WgmmaOp]:
+def attention_ops(block_n: int, head_dim: int, k: int) -> tuple[WgmmaOp, WgmmaOp]:
     """S = Q K^T (both operands K-major in shared memory) and O += P V (P in registers, V MN-major)."""
-    return WgmmaOp(block_n, a_in_regs=False, trans_b=False), WgmmaOp(head_dim, a_in_regs=True, trans_b=True)
+    return (WgmmaOp(block_n, a_in_regs=False, trans_b=False, k=k),
+            WgmmaOp(head_dim, a_in_regs=True, trans_b=True, k=k))

@@ -52,7 +52,7 @@ ATOMIC_DQ_OFF = ("atomic dQ (dK/dV kernel adds dQ with fp32 atomics) is a plan o
 
 def d_chunks(spec: AttentionSpec) -> list[int]:
     """Head-dim slices a dK/dV block may own: whole swizzle groups that divide the head dim."""
-    group = 8 * swizzle_chunks(spec.head_dim)
+    group = 8 * swizzle_chunks(spec.head_dim, dtype_trait(spec.dtype).size)
     return [c for c in range(group, spec.head_dim + 1, group) if spec.head_dim % c == 0]
 
 
@@ -236,8 +236,9 @@ class Sm80Backward(BackwardFamily):
     def context(self, plan: BwdPlan) -> dict[str, object]:
         from ..codegen.renderer import common_context
 
+        chunks = swizzle_chunks(plan.spec.head_dim, dtype_trait(plan.spec.dtype).size)
         return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": BWD_PARAMS,
-                "params_layout": layout(BWD_PARAMS), "swizzle_chunks": swizzle_chunks(plan.spec.head_dim)}
+                "params_layout": layout(BWD_PARAMS), "swizzle_chunks": chunks}
 
     def launch(self, plan: BwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,

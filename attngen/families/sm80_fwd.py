@@ -61,7 +61,7 @@ def smem_layout(spec: AttentionSpec, tiling: MultistageTiling) -> SmemLayout:
     total = q_bytes + tiling.stages * stage
     return SmemLayout(q_offset=0, q_bytes=q_bytes, kv_offset=q_bytes, k_tile_bytes=k_bytes,
                       v_tile_bytes=v_bytes, stage_bytes=stage, total_bytes=total,
-                      swizzle_chunks=swizzle_chunks(spec.head_dim))
+                      swizzle_chunks=swizzle_chunks(spec.head_dim, dtype_trait(spec.dtype).size))
 
 
 def register_estimate(spec: AttentionSpec, tiling: MultistageTiling, info: ArchInfo) -> int:

@@ -124,7 +124,8 @@ class Sm90Backward(BackwardFamily):
         from ..codegen.renderer import common_context
 
         hb = plan.dkdv_wgmma
-        t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols)
+        t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols,
+                                                      dtype_trait(plan.spec.dtype).mma_k)
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, "t_op": t_op, "acc_op": acc_op,
                 "acc_ss_op": acc_ss_op, "dq_op": dq_op, "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op),
                 "params": HOPPER_BWD_PARAMS, "params_layout": layout(HOPPER_BWD_PARAMS),

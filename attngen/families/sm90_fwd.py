@@ -301,7 +301,7 @@ class Sm90Forward(ForwardFamily):
     def context(self, plan: KernelPlan) -> dict[str, object]:
         from ..codegen.renderer import common_context
 
-        qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim)
+        qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim, dtype_trait(plan.spec.dtype).mma_k)
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
                 "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv), "params": HOPPER_FWD_PARAMS,
                 "params_layout": layout(HOPPER_FWD_PARAMS)}

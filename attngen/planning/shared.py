@@ -32,9 +32,14 @@ ALIGN_SLACK = 1024
 PRODUCER_REGS = 24
 
 
-def swizzle_chunks(head_dim: int) -> int:
-    """16-byte chunks per swizzle row: 8 (128-byte rows) when the head dim is a multiple of 64, else 4."""
-    return 8 if head_dim % 64 == 0 else 4
+#: Bytes of the widest swizzle row (8 chunks of 16 bytes); rows of other tiles are half that.
+SWIZZLE_ROW_BYTES = 128
+
+
+def swizzle_chunks(head_dim: int, elem_bytes: int) -> int:
+    """16-byte chunks per swizzle row: 8 (128-byte rows) when a row of the tile fills whole 128-byte rows,
+    else 4 (64-byte rows)."""
+    return 8 if head_dim * elem_bytes % SWIZZLE_ROW_BYTES == 0 else 4
 
 
 def mask_name(spec: AttentionSpec) -> str:
