@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..reference import schedule
 from ..spec.model import AttentionSpec, MaskKind
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -56,23 +57,32 @@ class WindowMask:
         kind = {(-1, -1): MaskKind.none, (-1, 0): MaskKind.causal}.get((left, right), MaskKind.sliding_window)
         return cls(kind, left, right)
 
-    # ---- the NumPy twin of the C++ struct (reference.schedule's formulas), for the interpreters ----
+    # ---- the NumPy twin of the C++ struct (reference.schedule's formulas), for the interpreters; NumPy loads
+    # only here, so planning with the trait does not load it ----
     def visible(self, rows: np.ndarray, cols: np.ndarray, seqlen_q: int, seqlen_k: int) -> np.ndarray:
         """Visibility over the outer product rows x cols (bool, 2-D)."""
+        from ..reference import schedule
+
         return schedule.visible_tile(rows, cols, seqlen_q, seqlen_k, self.left, self.right)
 
     def kv_block_order(self, m_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int) -> list[int]:
         """The KV blocks a query block visits, in the kernel's order."""
+        from ..reference import schedule
+
         return list(schedule.kv_block_order(m_block, block_m, block_n, seqlen_q, seqlen_k, self.left, self.right))
 
     def q_block_range(self, n_block: int, block_m: int, block_n: int, seqlen_q: int,
                       seqlen_k: int) -> tuple[int, int]:
         """The query blocks [m_min, m_max) that see some key of a KV block."""
+        from ..reference import schedule
+
         return schedule.q_block_range(n_block, block_m, block_n, seqlen_q, seqlen_k, self.left, self.right)
 
     def block_needs_mask(self, n_block: int, m_block: int, block_m: int, block_n: int, seqlen_q: int,
                          seqlen_k: int) -> bool:
         """False guarantees every valid element of the tile is visible."""
+        from ..reference import schedule
+
         return schedule.block_needs_mask(n_block, m_block, block_m, block_n, seqlen_q, seqlen_k, self.left,
                                          self.right)
 

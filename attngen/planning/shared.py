@@ -8,7 +8,8 @@ get.
 
 from __future__ import annotations
 
-from ..spec.model import Arch, AttentionSpec, MaskKind, PipelineKind
+from ..features.mask import mask_trait
+from ..spec.model import Arch, AttentionSpec, PipelineKind
 from .archs import ArchInfo
 
 #: The workload the cost models rank candidates on (FlashAttention-3 paper settings, mid-size):
@@ -42,17 +43,10 @@ def swizzle_chunks(head_dim: int, elem_bytes: int) -> int:
     return 8 if head_dim * elem_bytes % SWIZZLE_ROW_BYTES == 0 else 4
 
 
-def mask_name(spec: AttentionSpec) -> str:
-    """The mask as kernel names spell it: none, causal, window_<left>_<right> (inf for unbounded)."""
-    if spec.mask is MaskKind.sliding_window and spec.window is not None:
-        left, right = (("inf" if w < 0 else str(w)) for w in spec.window)
-        return f"window_{left}_{right}"
-    return spec.mask.value
-
-
 def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind, direction: str = "fwd") -> str:
     """attn_<direction>_<mask>_hd<d>_<dtype>_<arch>_<pipeline>."""
-    return f"attn_{direction}_{mask_name(spec)}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
+    mask = mask_trait(spec).name_part
+    return f"attn_{direction}_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
 
 
 def setmaxnreg_split(info: ArchInfo, consumer_wgs: int) -> tuple[int, int]:
