@@ -15,7 +15,7 @@ import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attngen.families.sm80_bwd as sm80_bwd
-from attngen.codegen.renderer import render_bwd
+from attngen.codegen.renderer import render
 from attngen.planning.archs import arch_info
 from attngen.runtime.kernel import AttentionKernel, current_arch
 from attngen.spec.model import AttentionSpec
@@ -62,7 +62,7 @@ def main() -> int:
             kernel.cubins[arch] = build(spec, arch)
             out = kernel(q, k, v)
             for i, p in enumerate(variants(spec, arch, args.limit)):
-                kernel.backward.cubins[arch] = compile_cached(render_bwd(p))
+                kernel.backward.cubins[arch] = compile_cached(render(p))
                 kernel.backward._loaded.clear()
                 grads = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
                 err = max(((g.float() - r.float()).norm() / r.float().norm()).item()

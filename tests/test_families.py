@@ -207,11 +207,11 @@ def test_sm90_backward_refusals_say_why() -> None:
 
 
 def test_each_backward_family_renders_only_the_kernels_it_launches() -> None:
-    from attngen.codegen.renderer import render_bwd
+    from attngen.codegen.renderer import render
     from attngen.planning.planner_bwd import plan_bwd
 
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
-    wgmma, mma = render_bwd(plan_bwd(spec, Arch.sm90)), render_bwd(plan_bwd(spec, Arch.sm80))
+    wgmma, mma = render(plan_bwd(spec, Arch.sm90)), render(plan_bwd(spec, Arch.sm80))
     assert wgmma.plan.family == "sm90_bwd" and mma.plan.family == "sm80_bwd"
     assert [e.rsplit("multistage_", 1)[1] for e in wgmma.entry_names] == ["preprocess", "dkdv_wgmma"]
     assert [e.rsplit("multistage_", 1)[1] for e in mma.entry_names] == ["preprocess", "dkdv", "dq"]

@@ -141,7 +141,7 @@ def test_backward_runs_the_family_the_planner_chose() -> None:
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_atomic_dq_option_of_sm80_bwd_gives_the_same_gradients(head_dim: int) -> None:
     """sm80_bwd's atomic dQ plan option (off by default: measured slower) stays correct."""
-    from attngen.codegen.renderer import render_bwd
+    from attngen.codegen.renderer import render
     from attngen.families.sm80_bwd import Sm80Backward
     from attngen.planning.archs import arch_info
     from attngen.toolchain.cache import compile_cached
@@ -151,7 +151,7 @@ def test_atomic_dq_option_of_sm80_bwd_gives_the_same_gradients(head_dim: int) ->
     plan = Sm80Backward().plan(spec, arch_info(arch), atomic_dq=True)
     assert plan.dq_atomic
     kernel = attngen.compile(spec)
-    kernel.backward.cubins[arch] = compile_cached(render_bwd(plan))
+    kernel.backward.cubins[arch] = compile_cached(render(plan))
     for i, shape in enumerate([(1, 17, 17, 8, 1), (1, 1000, 129, 2, 1), (1, 257, 1000, 4, 2)]):
         q, k, v, dout = _inputs(spec, shape, seed=500 + i)
         got, want = _grads(kernel, q, k, v, dout), _reference_grads(spec, q, k, v, dout)

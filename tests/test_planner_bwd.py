@@ -71,12 +71,12 @@ def test_hd256_backward_on_small_smem_falls_back_or_explains() -> None:
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_atomic_dq_variant_compiles_without_spills(head_dim: int) -> None:
     """The atomic dQ option stays buildable while it is off by default."""
-    from attngen.codegen.renderer import render_bwd
+    from attngen.codegen.renderer import render
     from attngen.toolchain.compiler import compile_source
 
     p = _mma(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal"), "sm90", atomic_dq=True)
     assert p.dq_atomic
-    cubin = compile_source(render_bwd(p))
+    cubin = compile_source(render(p))
     assert all((r.spill_stores, r.spill_loads) == (0, 0) for r in cubin.resources), cubin.resources
 
 

@@ -74,10 +74,6 @@ def context(plan: Plan) -> dict[str, object]:
 
 
 def render(plan: Plan) -> KernelSource:
-    """The CUDA source of a forward plan, from its family's template."""
-    return families.get(plan.family).render(plan)
-
-
-def render_bwd(plan: Plan) -> KernelSource:
-    """The backward kernels of one spec and arch, in one source, from the template of the plan's family."""
+    """The CUDA source of any family's plan (forward, or the backward kernels of one spec and arch in one
+    source), from that family's template."""
     return families.get(plan.family).render(plan)

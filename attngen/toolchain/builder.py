@@ -60,11 +60,11 @@ def build(spec: AttentionSpec, arch: Arch | str) -> Cubin:
 def build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin:
     """Plan, render and compile the backward kernels of `spec` for `arch`: one cubin holding every kernel
     the plan's family launches (see attngen/families/*_bwd.py)."""
-    from ..codegen.renderer import render_bwd
+    from ..codegen.renderer import render
     from ..planning.planner_bwd import plan_bwd
     from .cache import compile_cached
 
-    return compile_cached(render_bwd(plan_bwd(spec, Arch(arch))))
+    return compile_cached(render(plan_bwd(spec, Arch(arch))))
 
 
 def try_build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin | str:
