@@ -32,11 +32,15 @@ _LAZY = {
     "CompileError": "attngen.errors",
     "LaunchError": "attngen.errors",
 }
+#: Subpackages that are public names themselves (`attngen.reference(spec, q, k, v)` is callable).
+_PACKAGES = {"reference": "attngen.reference"}
 
-__all__ = sorted(_LAZY) + ["__version__"]
+__all__ = sorted({*_LAZY, *_PACKAGES}) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _PACKAGES:
+        return import_module(_PACKAGES[name])
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'attngen' has no attribute '{name}'")
@@ -44,4 +48,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, *_PACKAGES})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 
@@ -77,6 +78,22 @@ BWD_PARAMS: tuple[Field, ...] = (
     Field("scale_log2", "float", _F32),
     Field("softmax_scale", "float", _F32),
 )
+
+
+def with_variant(fields: tuple[Field, ...], extra: tuple[Field, ...]) -> tuple[Field, ...]:
+    """`fields` with a variant's runtime fields (attngen.features.variant) appended, padded again as the C++
+    struct is when it holds a 64-byte aligned tensor map; `fields` itself without any."""
+    if not extra:
+        return fields
+    base = tuple(f for f in fields if f.name != "tail_pad")
+    grown = (*base, *extra)
+    return _padded(grown, TENSOR_MAP_ALIGN) if any(f.ctype == "TensorMap" for f in base) else grown
+
+
+@lru_cache(maxsize=256)
+def struct_of(fields: tuple[Field, ...]) -> type[ctypes.Structure]:
+    """The ctypes twin of `fields`, one class per field list."""
+    return ctypes_struct(fields)
 
 
 def set_strides(params: ctypes.Structure, **tensors: Any) -> None:

@@ -10,7 +10,7 @@ import jinja2
 
 from .. import __version__, families
 from ..features.dtype import dtype_trait
-from ..features.mask import mask_trait
+from ..features.variant import variant_of
 from ..paths import templates_dir
 from ..toolchain.artifacts import KernelSource, Plan
 
@@ -22,7 +22,7 @@ def _environment() -> jinja2.Environment:
 
 @lru_cache(maxsize=4)
 def _environment_at(root: str) -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(root),
         undefined=jinja2.StrictUndefined,
         # PTX operands are written {%0, %1}: Jinja statements use <% %> instead of {% %}.
@@ -35,12 +35,26 @@ def _environment_at(root: str) -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters["cxx_bool"] = cxx_bool
+    return env
+
+
+def cxx_bool(value: object) -> str:
+    """A Python truth value as C++ spells it."""
+    return "true" if value else "false"
 
 
 def _spec_line(plan: Plan) -> str:
     s = plan.spec
-    window = f" window={list(s.window)}" if s.window else ""
-    return f"head_dim={s.head_dim} dtype={s.dtype.value} mask={s.mask.value}{window}"
+    variant = variant_of(s)
+    parts = [f"mask={variant.mask.name_part}"]
+    if variant.mask.source is not None and s.mask.kind.value == "expr":
+        parts.append(f"mask_expr={variant.mask.source!r}")
+    if variant.score_mod is not None:
+        parts.append(f"score_mod={variant.score_mod.source!r}")
+    if variant.sinks is not None:
+        parts.append("sinks")
+    return f"head_dim={s.head_dim} dtype={s.dtype.value} {' '.join(parts)}".replace("\n", " ")
 
 
 def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
@@ -56,7 +70,7 @@ def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
         "kernel_name": plan.kernel_name,
         "dtype": dtype_trait(spec.dtype),
         "head_dim": spec.head_dim,
-        "mask": mask_trait(spec),
+        "variant": variant_of(spec).cxx(),
     }
 
 

@@ -64,7 +64,7 @@ class KernelFamily(ABC):
         from ..features.kv_layout import kv_layout_trait
 
         cov = self.coverage()
-        for axis, value, served in (("dtype", spec.dtype.value, cov.dtypes), ("mask", spec.mask.value, cov.masks),
+        for axis, value, served in (("dtype", spec.dtype.value, cov.dtypes), ("mask", spec.mask.kind.value, cov.masks),
                                     ("kv layout", kv_layout_trait(spec).name, cov.kv_layouts)):
             if value not in served:
                 return f"{axis} {value}: {self.name} serves {', '.join(served) or 'none'}"

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import BWD_PARAMS, layout
+from ..features.variant import params_with_variant
 from ..errors import PlanError
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
@@ -237,17 +238,19 @@ class Sm80Backward(BackwardFamily):
         from ..codegen.renderer import common_context
 
         chunks = swizzle_chunks(plan.spec.head_dim, dtype_trait(plan.spec.dtype).size)
-        return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": BWD_PARAMS,
-                "params_layout": layout(BWD_PARAMS), "swizzle_chunks": chunks}
+        fields = params_with_variant(BWD_PARAMS, plan.spec)
+        return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": fields,
+                "params_layout": layout(fields), "swizzle_chunks": chunks}
 
     def launch(self, plan: BwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
-               softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               softmax_scale: float, args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         from ..runtime import backward as rt
         from ..runtime.driver import launch
 
         b = rt.buffers(q, k, v, accumulate=plan.dq_atomic)
-        params = rt.param_block(BWD_PARAMS, b, dout, q, k, v, out, lse, softmax_scale)
+        params = rt.param_block(params_with_variant(BWD_PARAMS, plan.spec), b, dout, q, k, v, out, lse,
+                                softmax_scale, args)
         pre, dkdv, dq = plan.entry_names
         rt.preprocess(function, pre, plan.preprocess_rows, params, stream, q, b, dlse)
         batch, seqlen_q, heads, head_dim = q.shape

@@ -11,10 +11,11 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar
 
-from ..codegen.abi import FWD_PARAMS, ctypes_struct, layout
+from ..codegen.abi import FWD_PARAMS, layout
+from ..features.variant import params_with_variant
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
-from ..features.mask import MASKS
+from ..features.mask import MASKS, mask_trait
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, MultistageTiling, SmemLayout, Tiling
@@ -28,7 +29,7 @@ from ..planning.shared import (
     kernel_name,
     swizzle_chunks,
 )
-from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, MaskKind, PipelineKind
+from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
 
 #: Registers beside the O, S and Q tiles and the per-tile A fragments: pointers, loop counters,
@@ -46,7 +47,6 @@ WARPS_TO_HIDE_LATENCY = 8
 #: exp2 throughput of the special-function units: 16 per clock per SM on sm80 and later.
 MUFU_PER_CLK = 16
 #: The ctypes twin of the kernel's parameter block.
-_PARAMS = ctypes_struct(FWD_PARAMS, "FwdParams")
 #: The reference workload (REF_SEQLEN, REF_HIDDEN), the copy limit MAX_COPIES_PER_THREAD and the loop
 #: overhead ITER_OVERHEAD_CLK are shared with the backward families: planning/shared.py, with their reasons.
 
@@ -105,7 +105,7 @@ def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: MultistageTiling,
     """Predicted time of one forward pass at the reference workload (batch x heads fill hidden 2048)."""
     n, d, elem = REF_SEQLEN, spec.head_dim, dtype_trait(spec.dtype).size
     heads = REF_HIDDEN // d
-    causal = 0.5 if spec.mask is MaskKind.causal else 1.0
+    causal = mask_trait(spec).cost_density
     m_blocks = -(-n // tiling.block_m)
     # IO model: Q and O once, K and V once per query block (half of them under a causal mask).
     hbm = heads * (2 * n * d * elem + causal * m_blocks * 2 * n * d * elem)
@@ -231,12 +231,17 @@ class Sm80Forward(ForwardFamily):
         from ..codegen.renderer import common_context
 
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
-                "min_blocks_per_sm": plan.min_blocks_per_sm, "params": FWD_PARAMS, "params_layout": layout(FWD_PARAMS)}
+                "min_blocks_per_sm": plan.min_blocks_per_sm, **_params(plan)}
 
     def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
-               softmax_scale: float) -> None:
+               softmax_scale: float, args: Any) -> None:
         from ..runtime.driver import launch
         from ..runtime.kernel import forward_params
 
-        params = forward_params(_PARAMS, q, k, v, out, lse, softmax_scale)
+        params = forward_params(params_with_variant(FWD_PARAMS, plan.spec), q, k, v, out, lse, softmax_scale, args)
         launch(fn, (-(-q.shape[1] // plan.block_m), q.shape[2], q.shape[0]), plan.threads, stream, params)
+
+
+def _params(plan: KernelPlan) -> dict[str, object]:
+    fields = params_with_variant(FWD_PARAMS, plan.spec)
+    return {"params": fields, "params_layout": layout(fields)}

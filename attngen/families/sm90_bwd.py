@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout
+from ..features.variant import params_with_variant
 from ..codegen.wgmma import backward_ops
 from ..errors import PlanError
 from ..features.dtype import DTYPES, dtype_trait
@@ -124,16 +125,16 @@ class Sm90Backward(BackwardFamily):
         from ..codegen.renderer import common_context
 
         hb = plan.dkdv_wgmma
+        hopper, pre = (params_with_variant(f, plan.spec) for f in (HOPPER_BWD_PARAMS, BWD_PARAMS))
         t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols,
                                                       dtype_trait(plan.spec.dtype).mma_k)
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, "t_op": t_op, "acc_op": acc_op,
                 "acc_ss_op": acc_ss_op, "dq_op": dq_op, "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op),
-                "params": HOPPER_BWD_PARAMS, "params_layout": layout(HOPPER_BWD_PARAMS),
-                "pre_params": BWD_PARAMS, "pre_params_layout": layout(BWD_PARAMS)}
+                "params": hopper, "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre)}
 
     def launch(self, plan: HopperBwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
-               softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               softmax_scale: float, args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         from ..codegen import wgmma
         from ..runtime import backward as rt
         from ..runtime import tma
@@ -142,9 +143,11 @@ class Sm90Backward(BackwardFamily):
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v, dout = (x if tma.describable(x) else x.contiguous() for x in (q, k, v, dout))
         b = rt.buffers(q, k, v, accumulate=True)
-        params = rt.param_block(BWD_PARAMS, b, dout, q, k, v, out, lse, softmax_scale)
+        params = rt.param_block(params_with_variant(BWD_PARAMS, plan.spec), b, dout, q, k, v, out, lse, softmax_scale,
+                                args)
         # The wgmma kernel's block: the five tensor maps, then the same fields.
-        hopper = rt.param_block(HOPPER_BWD_PARAMS, b, dout, q, k, v, out, lse, softmax_scale)
+        hopper = rt.param_block(params_with_variant(HOPPER_BWD_PARAMS, plan.spec), b, dout, q, k, v, out, lse,
+                                softmax_scale, args)
         h = plan.dkdv_wgmma
         for field, x, rows in (("tma_q", q, h.block_m), ("tma_do", dout, h.block_m), ("tma_k", k, h.block_n),
                                ("tma_v", v, h.block_n)):

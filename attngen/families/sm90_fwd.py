@@ -13,17 +13,18 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..codegen.abi import HOPPER_FWD_PARAMS, ctypes_struct, layout
+from ..codegen.abi import HOPPER_FWD_PARAMS, layout
+from ..features.variant import params_with_variant
 from ..codegen.wgmma import attention_ops
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
-from ..features.mask import MASKS
+from ..features.mask import MASKS, mask_trait
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles, WarpSpecializedTiling
 from ..planning.planner import ForwardFamily, cost_terms, lowest_reason, predicted
 from ..planning.shared import ALIGN_SLACK, PRODUCER_REGS, REF_HIDDEN, REF_SEQLEN, kernel_name, setmaxnreg_split
-from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, MaskKind, PipelineKind
+from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
 
 #: Consumer registers beside O, S and P: descriptors, loop state, softmax statistics, addresses.
@@ -43,7 +44,6 @@ MUFU_PER_CLK = 16
 #: L2 bandwidth over HBM bandwidth (H100: ~12 TB/s of L2 against 3 TB/s measured HBM).
 L2_OVER_HBM = 4
 #: The ctypes twin of the kernel's parameter block (TMA maps first).
-_PARAMS = ctypes_struct(HOPPER_FWD_PARAMS, "HopperFwdParams")
 #: The reference workload (REF_SEQLEN, REF_HIDDEN), the producer's registers (PRODUCER_REGS) and the
 #: TMA alignment slack (ALIGN_SLACK) are shared with the backward families: planning/shared.py.
 
@@ -145,7 +145,7 @@ def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: WarpSpecializedTi
     """Predicted forward time at the reference workload (one block per SM)."""
     n, d, elem = REF_SEQLEN, spec.head_dim, dtype_trait(spec.dtype).size
     heads = REF_HIDDEN // d
-    causal = 0.5 if spec.mask is MaskKind.causal else 1.0
+    causal = mask_trait(spec).cost_density
     m_blocks = -(-n // tiling.block_m)
     kv_blocks = m_blocks * -(-n // tiling.block_n) * causal
     # Q, O, K and V cross HBM once; the re-reads of K and V by later query blocks come from L2.
@@ -303,18 +303,23 @@ class Sm90Forward(ForwardFamily):
 
         qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim, dtype_trait(plan.spec.dtype).mma_k)
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
-                "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv), "params": HOPPER_FWD_PARAMS,
-                "params_layout": layout(HOPPER_FWD_PARAMS)}
+                "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv), **_params(plan)}
 
     def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
-               softmax_scale: float) -> None:
+               softmax_scale: float, args: Any) -> None:
         from ..runtime import tma
         from ..runtime.driver import launch
         from ..runtime.kernel import forward_params
 
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
-        params = forward_params(_PARAMS, q, k, v, out, lse, softmax_scale)
+        params = forward_params(params_with_variant(HOPPER_FWD_PARAMS, plan.spec), q, k, v, out, lse, softmax_scale,
+                                args)
         for field, t, rows in (("tma_q", q, plan.block_m), ("tma_k", k, plan.block_n), ("tma_v", v, plan.block_n)):
             tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
         launch(fn, (-(-q.shape[1] // plan.block_m), q.shape[2], q.shape[0]), plan.threads, stream, params)
+
+
+def _params(plan: KernelPlan) -> dict[str, object]:
+    fields = params_with_variant(HOPPER_FWD_PARAMS, plan.spec)
+    return {"params": fields, "params_layout": layout(fields)}

@@ -8,7 +8,7 @@ get.
 
 from __future__ import annotations
 
-from ..features.mask import mask_trait
+from ..features.variant import variant_of
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 from .archs import ArchInfo
 
@@ -44,8 +44,9 @@ def swizzle_chunks(head_dim: int, elem_bytes: int) -> int:
 
 
 def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind, direction: str = "fwd") -> str:
-    """attn_<direction>_<mask>_hd<d>_<dtype>_<arch>_<pipeline>."""
-    mask = mask_trait(spec).name_part
+    """attn_<direction>_<variant>_hd<d>_<dtype>_<arch>_<pipeline>; the variant is the mask's part, then the
+    score mod's and sinks' when there are any (`causal`, `window_4096_0_softcap50`)."""
+    mask = variant_of(spec).name_part
     return f"attn_{direction}_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
 
 

@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from ..features.mask import WindowMask
+from ..features.mask import MaskTrait
 from . import schedule
 from .interp import LOG2E, _load_tile, _resolve_scale
 
@@ -82,14 +82,14 @@ def _load_rows(x: np.ndarray, start: int, rows: int, fill: float) -> np.ndarray:
     return tile
 
 
-def _q_block_order(mask: WindowMask, n_block: int, bm: int, bn: int, sq: int, sk: int) -> list[int]:
+def _q_block_order(mask: MaskTrait, n_block: int, bm: int, bn: int, sq: int, sk: int) -> list[int]:
     """Query blocks of KV block ``n_block`` in the kernel's order: ``m_max - 1`` down to ``m_min``."""
     m_min, m_max = mask.q_block_range(n_block, bm, bn, sq, sk)
     return list(range(m_max - 1, m_min - 1, -1))
 
 
 def _probabilities(s: np.ndarray, lse2_tile: np.ndarray, scale_log2: float, masked: bool,
-                   rows: np.ndarray, cols: np.ndarray, sq: int, sk: int, mask: WindowMask) -> np.ndarray:
+                   rows: np.ndarray, cols: np.ndarray, sq: int, sk: int, mask: MaskTrait) -> np.ndarray:
     """P recomputed from raw scores and the saved LSE; the element mask only when ``masked``."""
     if masked:
         s = np.where(mask.visible(rows, cols, sq, sk), s, -np.inf)
@@ -97,7 +97,7 @@ def _probabilities(s: np.ndarray, lse2_tile: np.ndarray, scale_log2: float, mask
 
 
 def _kv_block(tiles: tuple[int, int], n_block: int, bh: dict[str, np.ndarray], scale: float,
-              mask: WindowMask, dq_sink: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+              mask: MaskTrait, dq_sink: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One grid program of the main kernel: (dK_j, dV_j) tiles (block_n, d), padding rows included.
 
     ``bh`` holds one (batch, head)'s q, do (seqlen_q, d), lse2, dsum (seqlen_q,) and k, v
@@ -148,7 +148,7 @@ def interpret_bwd(plan_bwd_tiles: tuple[int, int], q: np.ndarray, k: np.ndarray,
     scale = _resolve_scale(softmax_scale, d)
     arrays = {"q": q, "do": dout, "k": k, "v": v, "lse2": lse_log2(lse), "dsum": preprocess_d(out, dout)}
     n_blocks = schedule.ceil_div(sk, bn)
-    mask = WindowMask.of(left, right)
+    mask = MaskTrait.window(left, right)
     dq = np.zeros_like(q)
     dq_parts = np.zeros((n_blocks, *q.shape)) if deterministic else None
     dk_heads = np.zeros((batch, sk, heads, d))                # per query head; summed per group below

@@ -14,9 +14,12 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import Field, ctypes_struct, set_strides
+from ..features.score_mod import SINKS
+from ..features.variant import variant_of
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
 from .device import current_arch
+from .variant_args import VariantArgs
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +36,7 @@ class BackwardKernels:
         self.cubins: dict[Arch, Cubin] = {}
         self._loaded: dict[tuple[int, str], Any] = {}
         self._lock = threading.Lock()
+        self.variant = variant_of(spec)
 
     def cubin(self, arch: Arch) -> Cubin:
         with self._lock:
@@ -53,10 +57,13 @@ class BackwardKernels:
         return fn
 
     def __call__(self, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                 lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float) -> tuple[torch.Tensor, ...]:
+                 lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float, extras: list[torch.Tensor],
+                 scalars: list[float]) -> tuple[torch.Tensor, ...]:
+        """(dq, dk, dv, dsinks); dsinks is empty without sinks."""
         import torch
 
         from ..planning.planner_bwd import backward_family
+        from .variant_args import prepare
 
         arch = current_arch(q.device)
         plan = self.cubin(arch).source.plan
@@ -66,8 +73,26 @@ class BackwardKernels:
         def function(entry: str, smem: int) -> Any:
             return self._function(device, arch, entry, smem)
 
-        return backward_family(plan.family).launch(plan, function, stream, dout, q, k, v, out, lse, dlse,
-                                                   softmax_scale)
+        args = prepare(self.variant, q, extras, scalars)
+        dq, dk, dv = backward_family(plan.family).launch(plan, function, stream, dout, q, k, v, out, lse, dlse,
+                                                         softmax_scale, args)
+        sinks = args.tensors.get(SINKS)
+        dsinks = sinks_grad(sinks, dout, out, lse, dlse) if sinks is not None else q.new_empty((0,), dtype=torch.float32)
+        return dq, dk, dv, dsinks
+
+
+def sinks_grad(sinks: torch.Tensor, dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+               dlse: torch.Tensor | None) -> torch.Tensor:
+    """d loss / d sinks[h] = -sum over rows of P_sink (D - dlse): the probability mass the sink took, times
+    each row's D = rowsum(dO * O) (a sink adds to the denominator, never to the output)."""
+    import torch
+
+    delta = (dout.float() * out.float()).sum(-1).transpose(1, 2)  # (batch, heads, seqlen_q)
+    if dlse is not None:
+        delta = delta - dlse
+    p_sink = torch.exp(sinks.float()[None, :, None] - lse)
+    p_sink = torch.where(torch.isfinite(lse), p_sink, torch.zeros_like(p_sink))
+    return -(p_sink * delta).sum(dim=(0, 2))
 
 
 @dataclass(frozen=True)
@@ -102,7 +127,8 @@ def _struct(fields: tuple[Field, ...]) -> type[Any]:
 
 
 def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-                v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, softmax_scale: float) -> Any:
+                v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, softmax_scale: float,
+                args: VariantArgs) -> Any:
     """A backward parameter block of `fields` (a family's: the common fields, maybe more in front) with the
     pointers, strides, shapes and scales every backward kernel reads; family-specific fields (TMA maps)
     are left for the family to fill."""
@@ -112,6 +138,7 @@ def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: to
         dq_accum=b.dq_accum.data_ptr(), seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2],
         kv_heads=k.shape[2], scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
     set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=b.dq, dk=b.dk, dv=b.dv)
+    args.fill(params)
     return params
 
 

@@ -7,12 +7,15 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..codegen.abi import set_strides
+from ..codegen.abi import set_strides, struct_of
 from ..features.dtype import dtype_trait
+from ..features.variant import variant_of
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
 from . import op
+from . import variant_args as variant_args_mod
 from .device import current_arch
+from .variant_args import VariantArgs
 
 if TYPE_CHECKING:
     import torch
@@ -25,7 +28,8 @@ class AttentionKernel:
 
     `kernel(q, k, v)` with q (batch, seqlen_q, heads, head_dim) and k, v (batch, seqlen_k, kv_heads,
     head_dim) returns out like q; with `return_lse=True` also the float32 natural-log LSE
-    (batch, heads, seqlen_q).
+    (batch, heads, seqlen_q). The spec's runtime tensors and scalars are keyword arguments
+    (`kernel(q, k, v, doc=doc_ids)`, `kernel(q, k, v, sinks=s)`).
     """
 
     def __init__(self, spec: AttentionSpec, cubins: dict[Arch, Cubin]) -> None:
@@ -33,6 +37,7 @@ class AttentionKernel:
         self.cubins = dict(cubins)
         self.key = f"{spec.name}-{'-'.join(sorted(c.cache_key[:12] or a.value for a, c in cubins.items()))}"
         self._loaded: dict[int, Any] = {}
+        self.variant = variant_of(spec)
         self._lock = threading.Lock()
         from .backward import BackwardKernels
 
@@ -49,9 +54,10 @@ class AttentionKernel:
         return f"AttentionKernel({self.spec.name}, arch={arches})"
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, softmax_scale: float | None = None,
-                 return_lse: bool = False) -> Any:
+                 return_lse: bool = False, **variant_args: Any) -> Any:
         scale = self._check(q, k, v, softmax_scale)
-        out, lse = op.attention_fwd(q, k, v, scale, self.key)
+        extras, scalars = variant_args_mod.validate(self.variant, q, k, variant_args, self.spec.name)
+        out, lse = op.attention_fwd(q, k, v, scale, self.key, extras, scalars)
         return (out, lse) if return_lse else out
 
     # ---- validation ---------------------------------------------------------------------------
@@ -90,7 +96,7 @@ class AttentionKernel:
             return fn
 
     def _launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                softmax_scale: float) -> None:
+                softmax_scale: float, extras: list[torch.Tensor], scalars: list[float]) -> None:
         import torch
 
         from ..planning.planner import forward_family
@@ -100,16 +106,20 @@ class AttentionKernel:
         fn = self._function(q.device.index or 0, arch)
         stream = torch.cuda.current_stream(q.device).cuda_stream
         # The family builds its parameter block and grid, and launches.
-        forward_family(plan.family).launch(plan, fn, stream, q, k, v, out, lse, softmax_scale)
+        args = variant_args_mod.prepare(self.variant, q, extras, scalars)
+        forward_family(plan.family).launch(plan, fn, stream, q, k, v, out, lse, softmax_scale, args)
 
 
-def forward_params(struct: type[Any], q: Any, k: Any, v: Any, out: Any, lse: Any, softmax_scale: float) -> Any:
-    """A family's forward parameter block (`struct`, its ctypes twin) with the pointers, strides, shapes and
-    scale every forward kernel reads; family-specific fields (TMA maps) are left for the family to fill."""
-    params = struct(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-                    seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2], kv_heads=k.shape[2],
-                    scale_log2=softmax_scale * math.log2(math.e))
+def forward_params(fields: tuple[Any, ...], q: Any, k: Any, v: Any, out: Any, lse: Any, softmax_scale: float,
+                   args: VariantArgs) -> Any:
+    """A family's forward parameter block (of `fields`, the variant's included) with the pointers, strides,
+    shapes, scale and variant arguments every forward kernel reads; family-specific fields (TMA maps) are
+    left for the family to fill."""
+    params = struct_of(fields)(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
+                               seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2], kv_heads=k.shape[2],
+                               scale_log2=softmax_scale * math.log2(math.e))
     set_strides(params, q=q, k=k, v=v, o=out)
+    args.fill(params)
     return params
 
 

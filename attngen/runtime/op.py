@@ -13,10 +13,12 @@ from .. import env
 if TYPE_CHECKING:
     import torch
 
-#: (q, k, v, out, lse, softmax_scale) -> None, launching the kernel into out and lse.
+#: (q, k, v, out, lse, softmax_scale, extras, scalars) -> None, launching the kernel into out and lse; extras
+#: and scalars are the spec's runtime tensors and scalars in declaration order (attngen.runtime.variant_args).
 Launcher = Callable[..., None]
 _LAUNCHERS: dict[str, Launcher] = {}
-#: (dout, q, k, v, out, lse, dlse, softmax_scale) -> (dq, dk, dv).
+#: (dout, q, k, v, out, lse, dlse, softmax_scale, extras, scalars) -> (dq, dk, dv, dsinks); dsinks is empty
+#: without sinks.
 _BWD_LAUNCHERS: dict[str, Callable[..., Any]] = {}
 _REGISTERED = False
 
@@ -42,7 +44,8 @@ def _aligned(t: "torch.Tensor") -> bool:
     return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
 
 
-def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str) -> Any:
+def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str, extras: list[Any],
+              scalars: list[float]) -> Any:
     import torch
 
     launcher = _LAUNCHERS.get(kernel)
@@ -58,11 +61,12 @@ def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str) -> Any:
         out.fill_(fill)
         lse.fill_(fill)
     if out.numel():
-        launcher(q, k, v, out, lse, softmax_scale)
+        launcher(q, k, v, out, lse, softmax_scale, extras, scalars)
     return out, lse
 
 
-def _fwd_fake(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str) -> Any:
+def _fwd_fake(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str, extras: list[Any],
+              scalars: list[float]) -> Any:
     import torch
 
     batch, seqlen_q, heads, _ = q.shape
@@ -71,33 +75,37 @@ def _fwd_fake(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str) -> Any:
 
 
 def _bwd_impl(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, dlse: Any, softmax_scale: float,
-              kernel: str) -> Any:
+              kernel: str, extras: list[Any], scalars: list[float]) -> Any:
     backward = _BWD_LAUNCHERS.get(kernel)
     if backward is None:
         raise ValueError(f"kernel '{kernel}' has no backward loaded in this process; build it with attngen.compile")
     dout, q, k, v, out = (_usable(t) for t in (dout, q, k, v, out))
     if dlse is not None:
         dlse = dlse.contiguous()
-    return backward(dout, q, k, v, out, lse.contiguous(), dlse, softmax_scale)
+    return backward(dout, q, k, v, out, lse.contiguous(), dlse, softmax_scale, extras, scalars)
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
-    q, k, v, softmax_scale, kernel = inputs
+    q, k, v, softmax_scale, kernel, extras, scalars = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, *extras)
     ctx.softmax_scale = softmax_scale
     ctx.kernel = kernel
+    ctx.scalars = scalars
+    #: Where the sinks tensor sits among the extras (the one extra with a gradient), or -1.
+    ctx.sinks_at = next((i for i, t in enumerate(extras) if t.requires_grad), -1)
 
 
 def _backward(ctx: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
     import torch
 
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, out, lse, *extras = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv = torch.ops.attngen.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, ctx.softmax_scale,
-                                                 ctx.kernel)
-    return dq, dk, dv, None, None
+    dq, dk, dv, dsinks = torch.ops.attngen.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, ctx.softmax_scale,
+                                                         ctx.kernel, extras, ctx.scalars)
+    grads = [dsinks if i == ctx.sinks_at else None for i in range(len(extras))]
+    return dq, dk, dv, None, None, grads, None
 
 
 def ensure_registered() -> None:
@@ -107,25 +115,29 @@ def ensure_registered() -> None:
     import torch
 
     # The schema comes from these annotations, so they are real types, not strings.
-    def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
-                      kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
-        return _fwd_impl(q, k, v, softmax_scale, kernel)
+    def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, kernel: str,
+                      extras: list[torch.Tensor], scalars: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        return _fwd_impl(q, k, v, softmax_scale, kernel, extras, scalars)
 
-    def attention_fwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
-                           kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
-        return _fwd_fake(q, k, v, softmax_scale, kernel)
+    def attention_fwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, kernel: str,
+                           extras: list[torch.Tensor], scalars: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        return _fwd_fake(q, k, v, softmax_scale, kernel, extras, scalars)
 
     def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                      lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float,
-                      kernel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _bwd_impl(dout, q, k, v, out, lse, dlse, softmax_scale, kernel)
+                      lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float, kernel: str,
+                      extras: list[torch.Tensor],
+                      scalars: list[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _bwd_impl(dout, q, k, v, out, lse, dlse, softmax_scale, kernel, extras, scalars)
 
     def attention_bwd_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                           lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float,
-                           kernel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float, kernel: str,
+                           extras: list[torch.Tensor],
+                           scalars: list[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        sinks = next((t for t in extras if t.requires_grad), None)
         return (torch.empty_like(q, memory_format=torch.contiguous_format),
                 torch.empty_like(k, memory_format=torch.contiguous_format),
-                torch.empty_like(v, memory_format=torch.contiguous_format))
+                torch.empty_like(v, memory_format=torch.contiguous_format),
+                torch.empty_like(sinks) if sinks is not None else q.new_empty((0,), dtype=torch.float32))
 
     op = torch.library.custom_op("attngen::attention_fwd", mutates_args=(), device_types="cuda")(attention_fwd)
     op.register_fake(attention_fwd_fake)
@@ -135,9 +147,10 @@ def ensure_registered() -> None:
     _REGISTERED = True
 
 
-def attention_fwd(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", softmax_scale: float,
-                  kernel: str) -> "tuple[torch.Tensor, torch.Tensor]":
+def attention_fwd(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", softmax_scale: float, kernel: str,
+                  extras: "list[torch.Tensor] | None" = None,
+                  scalars: "list[float] | None" = None) -> "tuple[torch.Tensor, torch.Tensor]":
     import torch
 
     ensure_registered()
-    return torch.ops.attngen.attention_fwd(q, k, v, softmax_scale, kernel)
+    return torch.ops.attngen.attention_fwd(q, k, v, softmax_scale, kernel, list(extras or []), list(scalars or []))

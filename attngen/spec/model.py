@@ -23,6 +23,8 @@ from typing_extensions import Self
 from ..errors import SpecError
 from ..planning import search_space
 from ..planning.search_space import HOPPER_ARCHS
+from .base import Frozen as _Frozen
+from .variant import Mask, MaskKind, ScoreMod, SinksKind
 
 HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 192, 256)
 """Head dims attngen ships: each one's kernels have passed the GPU suite against float64. The
@@ -32,12 +34,6 @@ templates take any multiple of 32 up to 256 (the swizzle atom); others join once
 class DType(str, Enum):
     fp16 = "fp16"
     bf16 = "bf16"
-
-
-class MaskKind(str, Enum):
-    none = "none"
-    causal = "causal"
-    sliding_window = "sliding_window"
 
 
 class Arch(str, Enum):
@@ -90,43 +86,6 @@ class PipelineKind(str, Enum):
 
 
 MIN_STAGES, MAX_STAGES = 2, 5
-
-
-class _Frozen(BaseModel):
-    """Frozen, unknown keys forbidden; a failed validation from Python is a SpecError in the loader's words
-    (field path, what is allowed) rather than pydantic's ValidationError."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
-    #: Where this model sits in a spec ("tiles"), so that errors name fields as the YAML does.
-    _spec_path: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise _readable(exc, type(self)._spec_path) from None
-
-    # Only reword errors: pydantic keeps validating nested models itself, rather than through this
-    # __init__ (as it does for RootModel's), so each error is reworded once and keeps its location.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
-
-    @classmethod
-    def model_validate(cls, obj: Any, **options: Any) -> Self:
-        try:
-            return super().model_validate(obj, **options)
-        except ValidationError as exc:
-            raise _readable(exc, cls._spec_path) from None
-
-    @classmethod
-    def pydantic_validate(cls, obj: Any) -> Self:
-        """pydantic's own model_validate, raising its ValidationError (the loader maps that to YAML lines)."""
-        return super().model_validate(obj)
-
-
-def _readable(exc: ValidationError, path: tuple[str, ...]) -> SpecError:
-    from .messages import spec_error_from_validation
-
-    return spec_error_from_validation(exc, prefix=path)
 
 
 class Pipeline(_Frozen):
@@ -185,8 +144,14 @@ class AttentionSpec(_Frozen):
     name: str = Field(default="", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
     head_dim: StrictInt
     dtype: DType
-    mask: MaskKind = MaskKind.none
+    #: Which keys each query sees: a preset name, {kind: ..., window/chunk: ...} or {expr: ..., tensors: ...}.
+    mask: Mask = Mask()
+    #: The window of `mask: sliding_window` spelled at the top level; folded into `mask.window`.
     window: tuple[StrictInt, StrictInt] | None = None
+    #: A function of the scaled logit before the softmax: {softcap: c}, {alibi: standard|runtime} or {expr: ...}.
+    score_mod: ScoreMod | None = None
+    #: `learnable`: a per-head logit joins each row's softmax denominator (gpt-oss).
+    sinks: SinksKind = SinksKind.none
     arch: tuple[Arch, ...] | None = None
     pipeline: Pipeline = Pipeline()
     tiles: Tiles | None = None
@@ -289,12 +254,29 @@ class AttentionSpec(_Frozen):
             return f"the spec's arch list ({', '.join(a.value for a in self.arch)}) has no {', '.join(HOPPER_ARCHS)}"
         return None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_window(cls, data: Any) -> Any:
+        """`mask: sliding_window` + a valid top-level `window` is `mask: {kind: sliding_window, window: ...}`
+        (an invalid window stays where it is, so its error names the line it is on)."""
+        if not isinstance(data, dict) or data.get("window") is None:
+            return data
+        mask, window = data.get("mask"), data["window"]
+        kind = getattr(mask, "value", mask)
+        valid = (isinstance(window, (list, tuple)) and len(window) == 2 and window != [-1, -1]
+                 and tuple(window) != (-1, -1)
+                 and all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window))
+        if kind == MaskKind.sliding_window.value and valid:
+            data = {k: v for k, v in data.items() if k != "window"}
+            return {**data, "mask": {"kind": "sliding_window", "window": list(window)}}
+        return data
+
     @model_validator(mode="after")
     def _window_matches_mask(self) -> AttentionSpec:
-        if self.mask is MaskKind.sliding_window and self.window is None:
+        if self.window is not None:
+            raise ValueError(f"'window' applies only to mask 'sliding_window', not '{self.mask.kind.value}'")
+        if self.mask.kind is MaskKind.sliding_window and self.mask.window is None:
             raise ValueError("mask 'sliding_window' needs 'window: [left, right]' (-1 for unbounded)")
-        if self.mask is not MaskKind.sliding_window and self.window is not None:
-            raise ValueError(f"'window' applies only to mask 'sliding_window', not '{self.mask.value}'")
         return self
 
     # ---- derived views -------------------------------------------------------------------
@@ -305,39 +287,32 @@ class AttentionSpec(_Frozen):
     def spec_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
 
-    @property
-    def window_left(self) -> int:
-        """Keys visible to the left of the diagonal (-1: unbounded)."""
-        if self.mask is MaskKind.sliding_window:
-            assert self.window is not None
-            return self.window[0]
-        return -1
-
-    @property
-    def window_right(self) -> int:
-        """Keys visible to the right of the diagonal (-1: unbounded; causal is 0)."""
-        if self.mask is MaskKind.sliding_window:
-            assert self.window is not None
-            return self.window[1]
-        return 0 if self.mask is MaskKind.causal else -1
-
     def with_arch(self, arch: Arch) -> AttentionSpec:
         return self.model_copy(update={"arch": (arch,)})
 
 
 def _derived_name(data: dict[str, Any]) -> str | None:
-    """`<mask>_<dtype>_hd<head_dim>` from valid raw values; None when they are not (their own errors show)."""
-    mask = getattr(data.get("mask", "none"), "value", data.get("mask", "none"))
+    """`<mask>[_<score mod>][_sinks]_<dtype>_hd<head_dim>` from valid raw values; None when they are not
+    (their own errors show)."""
     dtype = getattr(data.get("dtype"), "value", data.get("dtype"))
     head_dim = data.get("head_dim")
-    if not isinstance(mask, str) or not isinstance(dtype, str):
-        return None
-    if mask not in MaskKind._value2member_map_ or dtype not in DType._value2member_map_:
+    if not isinstance(dtype, str) or dtype not in DType._value2member_map_:
         return None
     if not isinstance(head_dim, int) or isinstance(head_dim, bool):
         return None
-    window = data.get("window")
-    if mask == MaskKind.sliding_window.value and isinstance(window, (list, tuple)) and len(window) == 2:
-        left, right = ("inf" if w == -1 else str(w) for w in window)
-        return f"window_{left}_{right}_{dtype}_hd{head_dim}"
-    return f"{mask}_{dtype}_hd{head_dim}"
+    raw_mask = data.get("mask", "none")
+    if isinstance(raw_mask, (str, MaskKind)) and data.get("window") is not None:
+        raw_mask = {"kind": raw_mask, "window": data["window"]}
+    try:
+        mask = raw_mask if isinstance(raw_mask, Mask) else Mask.pydantic_validate(raw_mask)
+        mod = data.get("score_mod")
+        mod = mod if mod is None or isinstance(mod, ScoreMod) else ScoreMod.pydantic_validate(mod)
+        sinks = SinksKind(getattr(data.get("sinks"), "value", data.get("sinks", "none")))
+    except (ValidationError, ValueError):
+        return None
+    parts = [mask.name_part]
+    if mod is not None:
+        parts.append(mod.name_part)
+    if sinks is SinksKind.learnable:
+        parts.append("sinks")
+    return "_".join([*parts, dtype, f"hd{head_dim}"])
