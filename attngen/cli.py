@@ -287,6 +287,8 @@ def explain(
     arch: Annotated[str | None, typer.Option(
         "--arch", "-a", help="Target arch (default: the spec's first).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the chosen plan, as JSON.")] = False,
+    seqlen: Annotated[int | None, typer.Option(
+        "--seqlen", min=1, help="Also report the share of tiles the mask skips and masks at this length.")] = None,
 ) -> None:
     """Show every candidate tiling with its budget arithmetic, and the plan chosen (with its reason)."""
     from .planning.planner import considered, plan
@@ -300,14 +302,33 @@ def explain(
         kernel_plan = plan(spec, target)
         families = considered(kernel_plan)
         backward = _backward_summary(spec, target)
+        tiles = _tile_shares(spec, kernel_plan, seqlen) if seqlen else None
     if as_json:
         out = {**kernel_plan.summary(), "families": dict(families), "backward": backward}
+        if tiles is not None:
+            out["tiles"] = tiles
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
     from .views import print_explain
 
     print_explain(_console(), kernel_plan, families)
     _print_backward(backward)
+    if tiles is not None:
+        shares = ", ".join(f"{tiles[k]:.1%} {k}" for k in ("empty", "partial", "full"))
+        _console().print(f"tiles at seqlen {seqlen} ({tiles['block_m']}x{tiles['block_n']}): {shares}"
+                         f"{tiles['note']}")
+
+
+def _tile_shares(spec: AttentionSpec, kernel_plan: Any, seqlen: int) -> dict[str, Any]:
+    """The forward plan's tiles at seqlen x seqlen: the shares the mask's classifier skips (empty), masks
+    (partial) and runs unmasked (full)."""
+    from .features.mask import mask_trait
+
+    trait = mask_trait(spec)
+    shares: dict[str, Any] = dict(trait.tile_shares(kernel_plan.block_m, kernel_plan.block_n, seqlen, seqlen))
+    note = " (the mask reads tensors: counted with their values unknown)" if trait.tensors else ""
+    return {**shares, "seqlen": seqlen, "block_m": kernel_plan.block_m, "block_n": kernel_plan.block_n,
+            "note": note}
 
 
 def _backward_summary(spec: AttentionSpec, arch: Arch) -> dict[str, object]:

@@ -30,7 +30,8 @@ SHAPES = [
     (1, 1000, 129, 2, 1),
     (1, 4097, 4097, 2, 2),
 ]
-CATALOGUE = load_catalogue()
+# The window-shaped catalogue specs; the variants (score mods, sinks, other masks): test_gpu_variants.py.
+CATALOGUE = [spec for spec in load_catalogue() if spec.is_plain]
 _KERNELS: dict[str, attngen.AttentionKernel] = {}
 
 

@@ -33,7 +33,8 @@ SHAPES = [
     (1, 1000, 17, 4, 2),
     (1, 1000, 4097, 8, 1),
 ]
-CATALOGUE = load_catalogue()
+# The window-shaped catalogue specs; the variants (score mods, sinks, other masks): test_gpu_variants.py.
+CATALOGUE = [spec for spec in load_catalogue() if spec.is_plain]
 
 
 @pytest.fixture(autouse=True)

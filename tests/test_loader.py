@@ -200,7 +200,7 @@ def test_catalogue_names_are_unique() -> None:
 
 def test_catalogue_sliding_window() -> None:
     spec = load_spec(SPECS / "sliding_window_bf16_hd128.yaml")
-    assert spec.window == (256, 0) and (spec.window_left, spec.window_right) == (256, 0)
+    assert spec.mask.window == (256, 0) and spec.window is None and (spec.window_left, spec.window_right) == (256, 0)
 
 
 # ---- hypothesis: nothing but AttentionSpec or SpecError ---------------------------------------------

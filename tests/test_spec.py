@@ -69,7 +69,7 @@ FIELD_ERRORS: list[tuple[str, int, str, tuple[str, ...]]] = [
     ("head_dim: 100\ndtype: bf16\n", 1, "head_dim", ("head_dim 100 is not supported", HD_ALLOWED)),
     ("head_dim: 128\ndtype: fp32\n", 2, "dtype", ("'fp32' is not a valid dtype", "allowed: fp16, bf16")),
     ("head_dim: 128\ndtype: float16\n", 2, "dtype", ("allowed: fp16, bf16", "did you mean 'fp16'?")),
-    (BASE + "mask: casual\n", 3, "mask", ("allowed: none, causal, sliding_window", "did you mean 'causal'?")),
+    (BASE + "mask: casual\n", 3, "mask", ("allowed: a preset (none, causal, sliding_window, chunked, prefix_lm)", "did you mean 'causal'?")),
     (BASE + "arch: sm75\n", 3, "arch", ("'sm75' is not a valid arch", ARCH_ALLOWED)),
     (BASE + "arch:\n  - sm80\n  - sm99\n", 5, "arch[1]", ("'sm99'", ARCH_ALLOWED)),
     (BASE + "arch: []\n", 3, "arch", ("empty arch list", ARCH_ALLOWED)),
@@ -159,10 +159,10 @@ def test_bad_field_does_not_blame_the_derived_name(spec_error: Callable[..., Spe
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    (BASE, {"name": "none_bf16_hd128", "mask": MaskKind.none, "arch": None}),
+    (BASE, {"name": "none_bf16_hd128", "mask.kind": MaskKind.none, "arch": None}),
     (BASE + "arch: sm90\n", {"arch": (Arch.sm90,)}),
     (BASE + "arch: [sm80, sm120]\n", {"arch": (Arch.sm80, Arch.sm120)}),
-    (BASE + "mask: sliding_window\nwindow: [-1, 0]\n", {"window": (-1, 0), "window_left": -1}),
+    (BASE + "mask: sliding_window\nwindow: [-1, 0]\n", {"mask.window": (-1, 0), "window": None, "window_left": -1}),
     (BASE + "mask: causal\n", {"window_left": -1, "window_right": 0, "name": "causal_bf16_hd128"}),
     (BASE + "pipeline: multistage\n", {"pipeline.kind": PipelineKind.multistage, "pipeline.stages": None}),
     (BASE + "pipeline: {kind: multistage, stages: 4}\n", {"pipeline.stages": 4}),
@@ -375,8 +375,10 @@ def spec_dicts(draw: st.DrawFn) -> dict[str, Any]:
     """Spec mappings valid but perhaps for their tiles (values from every pipeline's space and beyond)."""
     data: dict[str, Any] = {"head_dim": draw(st.sampled_from(HEAD_DIMS)),
                             "dtype": draw(st.sampled_from(["fp16", "bf16"]))}
-    mask = draw(st.sampled_from([m.value for m in MaskKind]))
+    mask = draw(st.sampled_from(["none", "causal", "sliding_window", "chunked", "prefix_lm"]))
     data["mask"] = mask
+    if mask == "chunked":
+        data["mask"] = {"kind": "chunked", "chunk": draw(st.integers(1, 1 << 16))}
     if mask == "sliding_window":
         side = st.one_of(st.just(-1), st.integers(0, 1 << 20))
         data["window"] = draw(st.tuples(side, side).filter(lambda w: w != (-1, -1)).map(list))

@@ -121,6 +121,17 @@ class MaskTrait:
 
         return self.tile(m_block, n_block, block_m, block_n, seqlen_q, seqlen_k) is not lang.TileClass.FULL
 
+    def tile_shares(self, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int) -> dict[str, float]:
+        """The share of (query block, KV block) tiles the kernels skip (empty), mask element by element
+        (partial) and run unmasked (full), at batch 0, head 0; tensors read over a range count as unknown."""
+        blocks_m, blocks_n = -(-seqlen_q // block_m), -(-seqlen_k // block_n)
+        counts = {"empty": 0, "partial": 0, "full": 0}
+        for m in range(blocks_m):
+            for n in range(blocks_n):
+                counts[self.tile(m, n, block_m, block_n, seqlen_q, seqlen_k).name.lower()] += 1
+        total = max(1, blocks_m * blocks_n)
+        return {name: count / total for name, count in counts.items()}
+
     @classmethod
     def window(cls, left: int, right: int) -> MaskTrait:
         """The window (left, right) around the diagonal as a trait: (-1, -1) is mask none, (-1, 0) causal."""

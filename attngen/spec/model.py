@@ -287,6 +287,30 @@ class AttentionSpec(_Frozen):
     def spec_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
 
+    @property
+    def window_left(self) -> int:
+        """Keys visible left of the diagonal for a window-shaped mask (none, causal, sliding_window); -1 unbounded."""
+        return self._band()[0]
+
+    @property
+    def window_right(self) -> int:
+        """Keys visible right of the diagonal for a window-shaped mask (causal is 0); -1 unbounded."""
+        return self._band()[1]
+
+    def _band(self) -> tuple[int, int]:
+        kind = self.mask.kind
+        if kind is MaskKind.sliding_window and self.mask.window is not None:
+            return self.mask.window
+        if kind in (MaskKind.none, MaskKind.causal):
+            return (-1, 0 if kind is MaskKind.causal else -1)
+        raise ValueError(f"mask '{kind.value}' is not a window around the diagonal")
+
+    @property
+    def is_plain(self) -> bool:
+        """A window-shaped mask (none, causal, sliding_window), no score mod, no sinks."""
+        window_shaped = self.mask.kind in (MaskKind.none, MaskKind.causal, MaskKind.sliding_window)
+        return window_shaped and self.score_mod is None and self.sinks is SinksKind.none
+
     def with_arch(self, arch: Arch) -> AttentionSpec:
         return self.model_copy(update={"arch": (arch,)})
 
