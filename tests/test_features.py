@@ -18,7 +18,7 @@ from attngen.errors import PlanError
 from attngen.families import Direction
 from attngen.features.dtype import DTYPES, dtype_trait, trait_of_torch
 from attngen.features.kv_layout import KV_LAYOUTS, kv_layout_trait
-from attngen.features.mask import MASKS, WindowMask, mask_trait
+from attngen.features.mask import MASKS, MaskTrait, mask_trait
 from attngen.planning.planner import plan
 from attngen.reference import schedule
 from attngen.spec.model import Arch, AttentionSpec, DType, MaskKind
@@ -32,25 +32,28 @@ def test_every_mask_kind_has_a_trait() -> None:
     assert set(MASKS) == set(MaskKind)
 
 
-@pytest.mark.parametrize(("mask", "window", "cxx", "name"), [
-    ("none", None, "WindowMask<-1, -1>", "none"),
-    ("causal", None, "WindowMask<-1, 0>", "causal"),
-    ("sliding_window", [256, 0], "WindowMask<256, 0>", "window_256_0"),
-    ("sliding_window", [-1, 7], "WindowMask<-1, 7>", "window_inf_7"),
+@pytest.mark.parametrize(("mask", "window", "source", "band", "name"), [
+    ("none", None, None, (-1, -1), "none"),
+    ("causal", None, "kv_idx <= (q_idx + sk - sq)", (-1, 0), "causal"),
+    ("sliding_window", [256, 0], "kv_idx >= (q_idx + sk - sq) - 256 and kv_idx <= (q_idx + sk - sq)",
+     (256, 0), "window_256_0"),
+    ("sliding_window", [-1, 7], "kv_idx <= (q_idx + sk - sq) + 7", (-1, 7), "window_inf_7"),
 ])
-def test_trait_spellings(mask: str, window: list[int] | None, cxx: str, name: str) -> None:
+def test_presets_are_named_expressions(mask: str, window: list[int] | None, source: str | None,
+                                       band: tuple[int, int], name: str) -> None:
     trait = mask_trait(_spec(mask, window))
-    assert trait.cxx_type == cxx and trait.name_part == name
-    assert WindowMask.of(trait.left, trait.right) == trait
+    assert (trait.source, trait.band, trait.name_part) == (source, band, name)
+    assert MaskTrait.window(*band) == trait
 
 
 @pytest.mark.parametrize("mask,window", [("none", None), ("causal", None), ("sliding_window", [5, 3])])
-def test_the_source_takes_the_mask_as_a_type(mask: str, window: list[int] | None) -> None:
+def test_the_source_takes_the_variant_as_a_type(mask: str, window: list[int] | None) -> None:
     trait = mask_trait(_spec(mask, window))
     for arch in ("sm80", "sm90"):
         code = render(plan(_spec(mask, window), arch)).code
-        assert f"using Mask = {trait.cxx_type};" in code and "struct WindowMask" in code
-        assert "kWindowLeft" not in code and "kWindowRight" not in code
+        assert "struct Variant {" in code and "const Variant<Params> var(p, batch, head);" in code
+        assert f"static constexpr int kLeft = {trait.band[0]};" in code
+        assert "WindowMask" not in code and "kWindowLeft" not in code
 
 
 def test_cost_density() -> None:
@@ -60,7 +63,7 @@ def test_cost_density() -> None:
 
 @pytest.mark.parametrize("left,right", [(-1, -1), (-1, 0), (5, 3), (0, 0), (17, -1)])
 def test_numpy_twin_matches_the_schedule(left: int, right: int) -> None:
-    mask = WindowMask.of(left, right)
+    mask = MaskTrait.window(left, right)
     for sq, sk, bm, bn in itertools.product((1, 17, 64), (1, 33, 70), (16, 32), (16, 64)):
         rows, cols = np.arange(sq + 5), np.arange(sk + 5)
         np.testing.assert_array_equal(mask.visible(rows, cols, sq, sk),

@@ -40,7 +40,7 @@ def test_planned_values_reach_the_source(hd96_plan) -> None:  # type: ignore[no-
     }
     for name, value in expected.items():
         assert re.search(rf"constexpr int {name} = {value};", code), name
-    assert "using Mask = WindowMask<128, 3>;" in code
+    assert "static constexpr int kLeft = 128;" in code and "static constexpr int kRight = 3;" in code
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in code
     assert "cvt.rn.f16x2.f32" in code
 
@@ -48,7 +48,7 @@ def test_planned_values_reach_the_source(hd96_plan) -> None:  # type: ignore[no-
 def test_dtype_spelling_comes_from_one_table() -> None:
     code = render(plan(AttentionSpec(head_dim=64, dtype="bf16"), "sm90")).code
     assert ".f32.bf16.bf16.f32" in code and "cvt.rn.bf16x2.f32" in code
-    assert "using Mask = WindowMask<-1, -1>;" in code
+    assert "static constexpr bool kDense = true;" in code
 
 
 def test_rendering_is_deterministic(hd96_plan) -> None:  # type: ignore[no-untyped-def]

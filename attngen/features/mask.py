@@ -144,9 +144,9 @@ def _band(left: int, right: int) -> str | None:
     """The window around the diagonal as an expression (-1: that side unbounded)."""
     sides = []
     if left >= 0:
-        sides.append(f"kv_idx >= {DIAG} - {left}")
+        sides.append(f"kv_idx >= {DIAG} - {left}" if left else f"kv_idx >= {DIAG}")
     if right >= 0:
-        sides.append(f"kv_idx <= {DIAG} + {right}")
+        sides.append(f"kv_idx <= {DIAG} + {right}" if right else f"kv_idx <= {DIAG}")
     return " and ".join(sides) or None
 
 
