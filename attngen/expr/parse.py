@@ -112,12 +112,18 @@ def _syntax(source: str) -> tuple[ast.Expression, int]:
         return _ast_parse(source), 0
     except SyntaxError as error:
         first = error
+    shift = 0
     if _balanced(source):
         try:
             return _ast_parse("(\n" + source + "\n)"), 1
-        except SyntaxError:
-            pass
-    line, column = first.lineno or 1, first.offset or 1
+        except SyntaxError as error:
+            if "\n" in source:  # the error inside the parentheses is the one a multi-line text has
+                first, shift = error, 1
+    lines = source.split("\n")
+    line = min(max((first.lineno or 1) - shift, 1), len(lines))
+    beyond = (first.lineno or 1) - shift > len(lines)
+    text = lines[line - 1]
+    column = first.offset if first.offset and 0 < first.offset <= len(text) + 1 and not beyond else len(text) + 1
     raise ExprError(f"invalid syntax ({first.msg}); allowed: a Python-style expression of the language; check the "
                     "operators and that parentheses and brackets are balanced", expr_line=line, expr_column=column)
 
