@@ -105,7 +105,8 @@ def _backward(ctx: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
     dq, dk, dv, dsinks = torch.ops.attngen.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, ctx.softmax_scale,
                                                          ctx.kernel, extras, ctx.scalars)
     grads = [dsinks if i == ctx.sinks_at else None for i in range(len(extras))]
-    return dq, dk, dv, None, None, grads, None
+    # A list of floats is one leaf when it holds some (None), an empty list when it holds none.
+    return dq, dk, dv, None, None, grads, (None if ctx.scalars else [])
 
 
 def ensure_registered() -> None:
