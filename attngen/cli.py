@@ -385,7 +385,10 @@ def list_catalogue() -> None:
     for name in ("name", "head_dim", "dtype", "mask", "file"):
         table.add_column(name, justify="right" if name == "head_dim" else "left")
     for path, spec in entries:
-        mask = spec.mask.value if spec.window is None else f"{spec.mask.value} {list(spec.window)}"
+        mask = spec.mask.name_part if spec.mask.expr is None else spec.mask.expr
+        if spec.score_mod is not None or spec.sinks.value != "none":
+            mask += " + " + " + ".join(p for p in (spec.score_mod and spec.score_mod.name_part,
+                                                   spec.sinks.value != "none" and "sinks") if p)
         table.add_row(spec.name, str(spec.head_dim), spec.dtype.value, escape(mask), escape(_display_path(path)))
     _console().print(table)
 

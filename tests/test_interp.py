@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attngen.features.mask import MaskTrait
 from attngen.planning.ir import KernelPlan, MultistageTiling
 from attngen.planning.planner import plan
 from attngen.reference import schedule
@@ -180,28 +181,28 @@ def test_broken_needs_mask_is_caught(monkeypatch: pytest.MonkeyPatch, window: tu
     p = _with_tiles(plan(_spec(window), "sm80"), 32, 32)
     inputs = _inputs(np.random.default_rng(4), 1, seqlen, seqlen, 2, 1, 64)
     _assert_matches(p, *inputs)
-    monkeypatch.setattr(schedule, "block_needs_mask", lambda *args: False)
+    monkeypatch.setattr(MaskTrait, "block_needs_mask", lambda *args: False)
     assert _out_error(p, *inputs) > 1e-2
 
 
 def test_broken_needs_mask_is_caught_with_planned_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
     p = plan(_spec((-1, 0)), "sm80")
     inputs = _inputs(np.random.default_rng(4), 1, 100, 100, 2, 1, 64)
-    monkeypatch.setattr(schedule, "block_needs_mask", lambda *args: False)
+    monkeypatch.setattr(MaskTrait, "block_needs_mask", lambda *args: False)
     assert _out_error(p, *inputs) > 1e-2
 
 
 def test_masking_every_block_stays_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     p = _with_tiles(plan(_spec((5, 3)), "sm80"), 16, 16)
-    monkeypatch.setattr(schedule, "block_needs_mask", lambda *args: True)
+    monkeypatch.setattr(MaskTrait, "block_needs_mask", lambda *args: True)
     _assert_matches(p, *_inputs(np.random.default_rng(5), 1, 100, 33, 2, 1, 64))
 
 
 def test_skipping_a_block_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     p = _with_tiles(plan(_spec((-1, 0)), "sm80"), 32, 32)
     inputs = _inputs(np.random.default_rng(6), 1, 100, 100, 2, 1, 64)
-    real = schedule.kv_block_order
-    monkeypatch.setattr(schedule, "kv_block_order", lambda *args: real(*args)[:-1])
+    real = MaskTrait.kv_block_order
+    monkeypatch.setattr(MaskTrait, "kv_block_order", lambda *args: real(*args)[:-1])
     assert _out_error(p, *inputs) > 1e-2
 
 

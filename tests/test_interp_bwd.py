@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attngen.features.mask import MaskTrait
 from attngen.reference import schedule
 from attngen.reference.interp import reference_attention
 from attngen.reference.interp_bwd import interpret_bwd, lse_log2, preprocess_d, reference_attention_grads
@@ -258,15 +259,15 @@ def test_reference_grads_match_finite_differences(window: tuple[int, int]) -> No
 def test_dropping_a_query_block_is_caught(monkeypatch: pytest.MonkeyPatch, deterministic: bool) -> None:
     inputs = _inputs(np.random.default_rng(6), 1, 100, 100, 2, 1, 32, -1, 0)
     _assert_matches((32, 32), (-1, 0), inputs, deterministic)
-    real = schedule.q_block_range
-    monkeypatch.setattr(schedule, "q_block_range", lambda *args: (real(*args)[0], real(*args)[1] - 1))
+    real = MaskTrait.q_block_range
+    monkeypatch.setattr(MaskTrait, "q_block_range", lambda *args: (real(*args)[0], real(*args)[1] - 1))
     assert max(_grad_errors((32, 32), (-1, 0), inputs, deterministic)) > 1e-2
 
 
 def test_starting_a_query_block_late_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     inputs = _inputs(np.random.default_rng(7), 1, 100, 100, 2, 1, 32, 5, 3)
-    real = schedule.q_block_range
-    monkeypatch.setattr(schedule, "q_block_range", lambda *args: (real(*args)[0] + 1, real(*args)[1]))
+    real = MaskTrait.q_block_range
+    monkeypatch.setattr(MaskTrait, "q_block_range", lambda *args: (real(*args)[0] + 1, real(*args)[1]))
     assert max(_grad_errors((16, 16), (5, 3), inputs, False)) > 1e-2
 
 
@@ -275,12 +276,12 @@ def test_starting_a_query_block_late_is_caught(monkeypatch: pytest.MonkeyPatch) 
 def test_broken_needs_mask_is_caught(monkeypatch: pytest.MonkeyPatch, window: tuple[int, int]) -> None:
     inputs = _inputs(np.random.default_rng(8), 1, 128, 128, 2, 1, 32, *window)
     _assert_matches((32, 32), window, inputs, False)
-    monkeypatch.setattr(schedule, "block_needs_mask", lambda *args: False)
+    monkeypatch.setattr(MaskTrait, "block_needs_mask", lambda *args: False)
     assert max(_grad_errors((32, 32), window, inputs, False)) > 1e-2
 
 
 def test_masking_every_block_stays_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(schedule, "block_needs_mask", lambda *args: True)
+    monkeypatch.setattr(MaskTrait, "block_needs_mask", lambda *args: True)
     _assert_matches((16, 32), (5, 3), _inputs(np.random.default_rng(9), 1, 100, 33, 2, 1, 32, 5, 3), True)
 
 

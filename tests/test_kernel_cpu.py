@@ -26,8 +26,8 @@ def kernel() -> AttentionKernel:
 def test_op_schema() -> None:
     op.ensure_registered()
     schema = str(torch.ops.attngen.attention_fwd.default._schema)
-    assert schema == ("attngen::attention_fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, str kernel)"
-                      " -> (Tensor, Tensor)")
+    assert schema == ("attngen::attention_fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, str kernel, "
+                      "Tensor[] extras, float[] scalars) -> (Tensor, Tensor)")
 
 
 def test_fake_tensor_shapes(kernel: AttentionKernel) -> None:
@@ -64,17 +64,17 @@ def test_kernel_describes_itself(kernel: AttentionKernel) -> None:
 def test_unknown_kernel_key_is_a_clear_error() -> None:
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="not loaded"):
-        op._fwd_impl(q, k, v, 0.1, "no-such-kernel")
+        op._fwd_impl(q, k, v, 0.1, "no-such-kernel", [], [])
 
 
 def test_misaligned_views_are_copied_to_aligned_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
-    op.register_launcher("probe", lambda q, k, v, out, lse, scale: seen.append((q, k, v)))
+    op.register_launcher("probe", lambda q, k, v, out, lse, scale, extras, scalars: seen.append((q, k, v)))
     flat = torch.randn(1 + 16 * 2 * 64, dtype=torch.bfloat16)
     q = flat[1:].view(1, 16, 2, 64)
     assert q.data_ptr() % 16 != 0 and q.is_contiguous()
     k = torch.randn(1, 16, 2, 64, dtype=torch.bfloat16)
-    op._fwd_impl(q, k, k, 0.1, "probe")
+    op._fwd_impl(q, k, k, 0.1, "probe", [], [])
     (q2, k2, _), = seen
     assert q2.data_ptr() % 16 == 0 and torch.equal(q2, q)
     assert k2 is k  # aligned inputs are passed as they are

@@ -37,6 +37,7 @@ class BackwardKernels:
         self._loaded: dict[tuple[int, str], Any] = {}
         self._lock = threading.Lock()
         self.variant = variant_of(spec)
+        self.arguments = self.variant.arguments()
 
     def cubin(self, arch: Arch) -> Cubin:
         with self._lock:
@@ -73,7 +74,7 @@ class BackwardKernels:
         def function(entry: str, smem: int) -> Any:
             return self._function(device, arch, entry, smem)
 
-        args = prepare(self.variant, q, extras, scalars)
+        args = prepare(self.variant, self.arguments, q, extras, scalars)
         dq, dk, dv = backward_family(plan.family).launch(plan, function, stream, dout, q, k, v, out, lse, dlse,
                                                          softmax_scale, args)
         sinks = args.tensors.get(SINKS)

@@ -40,9 +40,6 @@ class VariantArgs:
         for name, value in self.scalars.items():
             setattr(params, f"var_{name}", value)
 
-    def user_tensors(self) -> list[Any]:
-        """The tensors the caller passed, in argument order (what the autograd op carries)."""
-        return [self.tensors[a.name] for a in self.variant.arguments() if a.is_tensor and not a.computed]
 
 
 def expected_shape(decl: TensorDecl, sizes: Mapping[str, int]) -> tuple[int, ...]:
@@ -54,9 +51,9 @@ def sizes_of(q: Any, k: Any) -> dict[str, int]:
             "seqlen_k": k.shape[1]}
 
 
-def check_kwargs(variant: Variant, kwargs: Mapping[str, Any], spec_name: str) -> None:
+def check_kwargs(arguments: tuple[RuntimeArg, ...], kwargs: Mapping[str, Any], spec_name: str) -> None:
     """Every keyword argument is one the spec declares, and every declared one is given."""
-    wanted = [a for a in variant.arguments() if not a.computed]
+    wanted = [a for a in arguments if not a.computed]
     names = {a.name for a in wanted}
     for name in kwargs:
         if name not in names:
@@ -74,15 +71,16 @@ def _describe(arg: RuntimeArg) -> str:
     return f"a {arg.decl.dtype} scalar"
 
 
-def validate(variant: Variant, q: Any, k: Any, kwargs: Mapping[str, Any],
+def validate(arguments: tuple[RuntimeArg, ...], q: Any, k: Any, kwargs: Mapping[str, Any],
              spec_name: str) -> tuple[list[Any], list[float]]:
-    """The call's keyword arguments checked against the spec: (tensors, scalars) in declaration order, the
-    form the custom op carries (attngen computes its own tensors, ALiBi's standard slopes, at launch)."""
-    check_kwargs(variant, kwargs, spec_name)
+    """The call's keyword arguments checked against the spec's `arguments` (the variant's, computed once per
+    kernel): (tensors, scalars) in declaration order, the form the custom op carries (attngen computes its
+    own tensors, ALiBi's standard slopes, at launch)."""
+    check_kwargs(arguments, kwargs, spec_name)
     sizes = sizes_of(q, k)
     tensors: list[Any] = []
     scalars: list[float] = []
-    for arg in variant.arguments():
+    for arg in arguments:
         if arg.computed:
             continue
         if isinstance(arg.decl, TensorDecl):
@@ -92,11 +90,12 @@ def validate(variant: Variant, q: Any, k: Any, kwargs: Mapping[str, Any],
     return tensors, scalars
 
 
-def prepare(variant: Variant, q: Any, tensors: list[Any], scalars: list[float]) -> VariantArgs:
+def prepare(variant: Variant, arguments: tuple[RuntimeArg, ...], q: Any, tensors: list[Any],
+            scalars: list[float]) -> VariantArgs:
     """The launch's view of validated arguments: computed tensors added, summaries taken."""
     args = VariantArgs(variant, batch=q.shape[0])
     given_tensors, given_scalars = iter(tensors), iter(scalars)
-    for arg in variant.arguments():
+    for arg in arguments:
         if arg.computed:
             args.tensors[arg.name] = _computed(arg.name, q)
         elif isinstance(arg.decl, TensorDecl):
