@@ -86,7 +86,9 @@ def test_types_follow_python() -> None:
     assert mod("+q_idx") == Var("q_idx", Ty.INT)
     assert mod("-3") == Const(-3, Ty.INT)
     assert mod("-(3)") == Const(-3, Ty.INT)
-    assert mod("--3") == Unary("-", Const(-3, Ty.INT), Ty.INT)
+    assert mod("--3") == mod("-(-3)") == Const(3, Ty.INT)
+    assert mod("-(-0)") == Const(0, Ty.INT) and canonical(mod("-(-0.0)")) == "0.0"
+    assert mod("--score") == Unary("-", Unary("-", Var("score", Ty.FLOAT), Ty.FLOAT), Ty.FLOAT)
 
 
 def test_chained_comparisons_are_conjunctions() -> None:

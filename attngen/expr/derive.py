@@ -3,7 +3,8 @@
 INT and BOOL subexpressions are piecewise constant: their derivative is 0 (`floor`, `//`, tensor reads
 too). Comparisons are conditions: d(x if c else y) = (dx if c else dy), d abs(x) = (dx if x >= 0 else -dx),
 d min/max follows the branch Python's min/max picks. The result is a FLOAT expression; `simplify` makes it
-compact.
+compact. Where a power's base is 0 or infinite, or the argument of sqrt or log is 0, the chain rule's
+inf * 0 can make the value NaN (as in any automatic differentiation).
 """
 
 from __future__ import annotations

@@ -257,6 +257,8 @@ class _Converter:
             return self._constant(operand, depth + 1, negate=True)
         x = self.expr(operand, depth + 1)
         op = "-" if isinstance(node.op, ast.USub) else "+"
+        if op == "-" and isinstance(x, n.Const) and x.ty is not Ty.BOOL:  # -(-3) is the literal 3
+            return n.const(-x.value)
         return self.typed(lambda: n.unary(op, x), [operand])
 
     def _binop(self, node: ast.AST, depth: int) -> Expr:

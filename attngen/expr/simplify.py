@@ -163,6 +163,9 @@ class _Simplifier:
             else:
                 counts[term] = counts.get(term, 0) + sign
         kept = [(1 if k > 0 else -1, _times(abs(k), term)) for term, k in counts.items() if k != 0]
+        choice = _constant_choice(kept, total, e.ty)
+        if choice is not None:
+            return choice
         constant = _number(total, e.ty)
         if constant is None:  # too large for one literal: keep the constant terms as they were
             kept += [(sign, term) for sign, term in terms if isinstance(term, Const)]
@@ -176,13 +179,13 @@ class _Simplifier:
             self._factors(e.a, power, out, coef)
             self._factors(e.b, power if e.op == "*" else -power, out, coef)
             return
-        if isinstance(e, Unary):
+        if isinstance(e, Unary) and e.ty is Ty.FLOAT:  # an INT -0 is 0: its sign does not move out
             coef[0] = -coef[0]
             self._factors(e.x, power, out, coef)
             return
         leaf = self.run(e)
-        if leaf is not e and (isinstance(leaf, Unary) or (isinstance(leaf, Binary) and leaf.ty is Ty.FLOAT
-                                                           and leaf.op in ("*", "/"))):
+        if leaf is not e and leaf.ty is Ty.FLOAT and (isinstance(leaf, Unary) or (isinstance(leaf, Binary)
+                                                                                  and leaf.op in ("*", "/"))):
             self._factors(leaf, power, out, coef)
         elif isinstance(leaf, Const) and (power == 1 or leaf.value != 0):
             value = Fraction(leaf.value)
@@ -194,8 +197,26 @@ class _Simplifier:
         factors: list[tuple[int, Expr]] = []
         coef = [Fraction(1)]
         self._factors(e, 1, factors, coef)
-        c = coef[0]
-        if c == 0:
+        return self._assemble(factors, coef[0])
+
+    def _assemble(self, factors: list[tuple[int, Expr]], c: Fraction) -> Expr:
+        """The product; a factor (x if cond else 0.0) takes the others into its branch, so that a zero
+        branch stays 0 even where they are not finite (the derivative of a branch not taken)."""
+        for i, (power, f) in enumerate(factors):
+            if power == 1 and isinstance(f, IfExp) and f.ty is Ty.FLOAT and (_zero(f.a) or _zero(f.b)):
+                rest = factors[:i] + factors[i + 1:]
+                a, b = (Const(0.0, Ty.FLOAT) if _zero(x) else self._times_branch(rest, c, x) for x in (f.a, f.b))
+                return n.if_exp(f.cond, a, b)
+        return self._rebuild_product(factors, c)
+
+    def _times_branch(self, rest: list[tuple[int, Expr]], c: Fraction, branch: Expr) -> Expr:
+        factors = list(rest)
+        coef = [c]
+        self._factors(branch, 1, factors, coef)
+        return self._assemble(factors, coef[0])
+
+    def _rebuild_product(self, factors: list[tuple[int, Expr]], c: Fraction) -> Expr:
+        if c == 0 and all(p == 1 for p, _ in factors):  # 0 * x; but 0 / y stays (y may be 0)
             return Const(0.0, Ty.FLOAT)
         if not factors:
             return _number(c, Ty.FLOAT) or n.binary("*", Const(float(c), Ty.FLOAT), Const(1.0, Ty.FLOAT))
@@ -217,6 +238,19 @@ class _Simplifier:
                 return Binary("*", Const(-float(result.a.value), Ty.FLOAT), result.b, Ty.FLOAT)
             return n.unary("-", result)
         return result
+
+
+def _constant_choice(kept: list[tuple[int, Expr]], total: Fraction | int, ty: Ty) -> Expr | None:
+    """k + (a if c else b) with constants k, a, b as one choice of constants, (k + a if c else k + b)."""
+    if len(kept) != 1:
+        return None
+    sign, choice = kept[0]
+    if not (isinstance(choice, IfExp) and isinstance(choice.a, Const) and isinstance(choice.b, Const)):
+        return None
+    ends = [_number(total + sign * (Fraction(x.value) if ty is Ty.FLOAT else int(x.value)), ty)
+            for x in (choice.a, choice.b)]
+    a, b = ends
+    return n.if_exp(choice.cond, a, b) if a is not None and b is not None else None
 
 
 def _zero(x: Expr) -> bool:
