@@ -62,6 +62,10 @@ def bench(
     backward: Annotated[bool, typer.Option(
         "--backward", help="Backward and forward+backward against flash and cuDNN, and the deterministic "
                            "mode's ratio (bwd.json, bwd.md; default seqlens 2k..16k).")] = False,
+    variant: Annotated[list[str] | None, typer.Option(
+        "--variant", metavar="SPEC", help="Time this spec (a YAML path or a catalogue name; repeatable) against "
+                                          "its plain kernel, FlexAttention and FlashAttention-4 (variant.json, "
+                                          "variant.md; default seqlen 8k; --seqlens applies).")] = None,
 ) -> None:
     """Time attngen's forward kernels against torch SDPA (flash, cuDNN, efficient) and FlexAttention.
 
@@ -83,6 +87,10 @@ def bench(
     if compile_only:
         _compile_only(compile_only, _parse("--head-dims", model.parse_ints, head_dims),
                       model.parse_causal(causal), dtype, out)
+        return
+    if variant:
+        _variant(variant, _parse("--seqlens", lambda t: model.parse_ints(t, model.parse_seqlen), seqlens or "8k"),
+                 out)
         return
     if dtype not in model.TOLERANCE:
         _fail(f"--dtype must be bf16 or fp16, got {dtype!r}", EXIT_USAGE)
@@ -114,6 +122,21 @@ def _backward(head_dims: Sequence[int], seqlens: Sequence[int], causal: Sequence
     rows = backward.run(head_dims, seqlens, causal, dtype, log=_log)
     paths = backward.write(rows, target, env)
     typer.echo(output.written_line(target, paths))
+
+
+def _variant(names: list[str], seqlens: Sequence[int], out: Path | None) -> None:
+    from . import output, variant
+    from .runner import BenchError
+
+    try:
+        specs = [variant.load(name) for name in names]
+    except ValueError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    try:
+        target, paths, elapsed_s = variant.run(specs, seqlens, out, log=_log)
+    except BenchError as exc:
+        _fail(str(exc))
+    typer.echo(output.written_line(target, paths, elapsed_s))
 
 
 def _run(options: Any) -> None:
