@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ..features.score_mod import ALIBI_SLOPES, alibi_slopes
@@ -141,10 +142,16 @@ def _scalar(arg: RuntimeArg, value: Any) -> float | int:
 
 
 def _computed(name: str, q: Any) -> Any:
+    assert name == ALIBI_SLOPES, name
+    return _standard_slopes(q.shape[2], str(q.device))
+
+
+@lru_cache(maxsize=64)
+def _standard_slopes(heads: int, device: str) -> Any:
+    """ALiBi's standard slopes on a device, made once per head count (no copy to the GPU per call)."""
     import torch
 
-    assert name == ALIBI_SLOPES, name
-    return torch.tensor(alibi_slopes(q.shape[2]), dtype=torch.float32, device=q.device)
+    return torch.tensor(alibi_slopes(heads), dtype=torch.float32, device=device)
 
 
 def summarize(t: torch.Tensor) -> torch.Tensor:
