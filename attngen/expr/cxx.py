@@ -144,7 +144,7 @@ class Emitter:
         if e.op in ("/", "**"):
             a, b = self.typed(e.a, FLOAT), self.typed(e.b, FLOAT)
             if e.op == "/":
-                return f"({a} / {b})"
+                return f"ag_fdiv({a}, {b})"
             if isinstance(e.b, Const) and e.b.value == 2:
                 return f"ag_sq({a})"
             return f"ag_pow({a}, {b})"

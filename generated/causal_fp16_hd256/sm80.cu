@@ -312,7 +312,12 @@ ATTNGEN_HD float ag_floordiv(float a, float b) {
   if (div - fd > 0.5f) fd += 1.f;
   return fd;
 }
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// A float quotient within 2 ulps (a reciprocal and a multiply), not the IEEE division subroutine.
+ATTNGEN_HD float ag_fdiv(float a, float b) { return __fdividef(a, b); }
+#else
 ATTNGEN_HD float ag_fdiv(float a, float b) { return a / b; }
+#endif
 ATTNGEN_HD int ag_min(int a, int b) { return b < a ? b : a; }
 ATTNGEN_HD long long ag_min(long long a, long long b) { return b < a ? b : a; }
 ATTNGEN_HD float ag_min(float a, float b) { return b < a ? b : a; }
