@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from attngen.features.mask import MaskTrait
 from attngen.planning.ir import KernelPlan, MultistageTiling
 from attngen.planning.planner import plan
-from attngen.reference import schedule
 from attngen.reference.interp import interpret, reference_attention
 from attngen.spec.model import AttentionSpec
 

@@ -20,11 +20,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import BWD_PARAMS, layout
-from ..features.variant import params_with_variant
 from ..errors import PlanError
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
+from ..features.variant import params_with_variant
 from ..planning import shared
 from ..planning.archs import ArchInfo
 from ..planning.ir import BwdPlan, DkdvTiling, DqTiling, SmemRegions

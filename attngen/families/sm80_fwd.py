@@ -12,10 +12,10 @@ import itertools
 from typing import Any, ClassVar
 
 from ..codegen.abi import FWD_PARAMS, layout
-from ..features.variant import params_with_variant
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
+from ..features.variant import params_with_variant
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, MultistageTiling, SmemLayout, Tiling

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout
-from ..features.variant import params_with_variant
 from ..codegen.wgmma import backward_ops
 from ..errors import PlanError
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
+from ..features.variant import params_with_variant
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import HopperBwdPlan, HopperBwdTiling, SmemRegions
 from ..planning.planner_bwd import BackwardFamily, LoadFunction

@@ -69,7 +69,7 @@ class Variant:
         for trait in (self.mask, self.score_mod):
             if trait is None:
                 continue
-            computed = getattr(trait, "computed", frozenset())
+            computed: frozenset[str] = getattr(trait, "computed", frozenset())
             for name, decl in trait.tensors.items():
                 args[name] = RuntimeArg(name, decl, summarized=name in summarized, computed=name in computed)
             for name, sdecl in trait.scalars.items():

@@ -159,7 +159,7 @@ def grads(spec: AttentionSpec, q: Any, k: Any, v: Any, dout: Any, *, softmax_sca
                 p_sink = np.where(np.isfinite(lse[b, h]), np.exp(sink - np.where(np.isfinite(lse[b, h]),
                                                                                  lse[b, h], 0.0)), 0.0)
                 dsinks[h] -= (p_sink * delta).sum()
-    result = {"dq": dq, "dk": dk, "dv": dv}
+    result: dict[str, np.ndarray] = {"dq": dq, "dk": dk, "dv": dv}
     if c.variant.sinks is not None:
         result["dsinks"] = dsinks
     return result

@@ -78,7 +78,8 @@ class BackwardKernels:
         dq, dk, dv = backward_family(plan.family).launch(plan, function, stream, dout, q, k, v, out, lse, dlse,
                                                          softmax_scale, args)
         sinks = args.tensors.get(SINKS)
-        dsinks = sinks_grad(sinks, dout, out, lse, dlse) if sinks is not None else q.new_empty((0,), dtype=torch.float32)
+        no_sinks = q.new_empty((0,), dtype=torch.float32)
+        dsinks = sinks_grad(sinks, dout, out, lse, dlse) if sinks is not None else no_sinks
         return dq, dk, dv, dsinks
 
 

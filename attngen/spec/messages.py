@@ -40,7 +40,8 @@ ALLOWED: dict[str, str] = {
     "head_dim": ", ".join(map(str, HEAD_DIMS)),
     "dtype": _values(DType),
     "mask": f"a preset ({', '.join(k.value for k in MaskKind if k is not MaskKind.expr)}), "
-            "{kind: sliding_window, window: [left, right]}, {kind: chunked, chunk: N} or {expr: \"...\", tensors: {...}}",
+            "{kind: sliding_window, window: [left, right]}, {kind: chunked, chunk: N} "
+            "or {expr: \"...\", tensors: {...}}",
     "mask.kind": _values(MaskKind),
     "mask.window": "[left, right] with each side >= 0, or -1 for unbounded",
     "mask.chunk": "a positive integer (the chunk length in tokens)",

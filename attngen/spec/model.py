@@ -8,8 +8,6 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
@@ -18,7 +16,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from typing_extensions import Self
 
 from ..errors import SpecError
 from ..planning import search_space

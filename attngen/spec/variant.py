@@ -84,7 +84,7 @@ class _Declares(Frozen):
     tensors: dict[str, TensorDecl] = Field(default_factory=dict)
     scalars: dict[str, ScalarDecl] = Field(default_factory=dict)
     expr: str | None = Field(default=None, min_length=1, max_length=4096)
-    _role: ClassVar[str] = "mask"
+    _role: ClassVar[Literal["mask", "score_mod"]] = "mask"
 
     @field_validator("tensors", "scalars")
     @classmethod
@@ -205,7 +205,7 @@ class ScoreMod(_Declares):
     """`{softcap: 50.0}`, `{alibi: standard}` (or `runtime`), or `{expr: "...", tensors: {...}}`."""
 
     _spec_path: ClassVar[tuple[str, ...]] = ("score_mod",)
-    _role: ClassVar[str] = "score_mod"
+    _role: ClassVar[Literal["mask", "score_mod"]] = "score_mod"
     softcap: StrictFloat | StrictInt | None = None
     alibi: AlibiKind | None = None
 
