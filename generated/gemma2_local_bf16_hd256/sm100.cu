@@ -559,6 +559,13 @@ struct BlockRange {
   int n_max;   // last block + 1; n_max <= n_min: nothing visible
 };
 
+// The union of two block ranges (an empty one adds nothing).
+__device__ __forceinline__ BlockRange range_union(BlockRange a, BlockRange b) {
+  if (b.n_max <= b.n_min) return a;
+  if (a.n_max <= a.n_min) return b;
+  return BlockRange{min(a.n_min, b.n_min), max(a.n_max, b.n_max)};
+}
+
 enum : int { kTileEmpty = 0, kTilePartial = 1, kTileFull = 2 };
 
 
