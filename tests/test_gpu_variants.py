@@ -44,6 +44,8 @@ CUSTOM = [
     {"head_dim": 128, "dtype": "bf16", "name": "rel_bias", "mask": "causal",
      "score_mod": {"expr": "score + bias[h, min(abs(q_idx - kv_idx), 1023)]",
                    "tensors": {"bias": {"dtype": "fp32", "shape": ["heads", 1024]}}}},
+    {"head_dim": 96, "dtype": "fp16", "mask": "causal", "score_mod": {"softcap": 30.0}, "sinks": "learnable"},
+    {"head_dim": 192, "dtype": "bf16", "mask": {"kind": "chunked", "chunk": 128}, "score_mod": {"alibi": "runtime"}},
     {"head_dim": 64, "dtype": "fp16", "name": "head_mask_scalar",
      "mask": {"expr": "h % 2 == 0 or kv_idx <= q_idx + sk - sq"},
      "score_mod": {"expr": "score * temp - 0.5 * sigmoid(score)", "scalars": {"temp": {"dtype": "fp32"}}}},

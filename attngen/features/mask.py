@@ -95,13 +95,15 @@ class MaskTrait:
             c = lang.classify(tree, (q_lo, q_hi), (kv_lo, kv_hi), env, tensor_bounds)
         return lang.TileClass.PARTIAL if c is full and kv_lo + block_n > seqlen_k else c
 
-    def kv_block_order(self, m_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int) -> list[int]:
-        """The KV blocks a query block visits, in the kernel's order (last non-empty down to first)."""
+    def kv_block_order(self, m_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int,
+                       points: Mapping[str, int] | None = None) -> list[int]:
+        """The KV blocks a query block visits, in the kernel's order (last non-empty down to first); `points`
+        gives b and h (0 when absent)."""
         from .. import expr as lang
 
         blocks = -(-seqlen_k // block_n)
         live = [n for n in range(blocks)
-                if self.tile(m_block, n, block_m, block_n, seqlen_q, seqlen_k) is not lang.TileClass.EMPTY]
+                if self.tile(m_block, n, block_m, block_n, seqlen_q, seqlen_k, points) is not lang.TileClass.EMPTY]
         return list(range(live[-1], live[0] - 1, -1)) if live else []
 
     def q_block_range(self, n_block: int, block_m: int, block_n: int, seqlen_q: int,
@@ -115,11 +117,12 @@ class MaskTrait:
         return (live[0], live[-1] + 1) if live else (0, 0)
 
     def block_needs_mask(self, n_block: int, m_block: int, block_m: int, block_n: int, seqlen_q: int,
-                         seqlen_k: int) -> bool:
+                         seqlen_k: int, points: Mapping[str, int] | None = None) -> bool:
         """False guarantees every valid element of the tile is visible."""
         from .. import expr as lang
 
-        return self.tile(m_block, n_block, block_m, block_n, seqlen_q, seqlen_k) is not lang.TileClass.FULL
+        tile = self.tile(m_block, n_block, block_m, block_n, seqlen_q, seqlen_k, points)
+        return tile is not lang.TileClass.FULL
 
     def tile_shares(self, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int) -> dict[str, float]:
         """The share of (query block, KV block) tiles the kernels skip (empty), mask element by element

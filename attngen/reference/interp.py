@@ -58,7 +58,7 @@ def _scaled_max(m: np.ndarray, scale_log2: float) -> np.ndarray:
 
 
 def _query_block(plan: KernelPlan, q_bh: np.ndarray, k_bh: np.ndarray, v_bh: np.ndarray,
-                 m_block: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+                 m_block: int, scale: float, b: int = 0, h: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """One grid program: a (block_m, d) output tile and its (block_m,) LSE, padding rows included."""
     bm, bn = plan.block_m, plan.block_n
     sq, sk = q_bh.shape[0], k_bh.shape[0]
@@ -69,13 +69,14 @@ def _query_block(plan: KernelPlan, q_bh: np.ndarray, k_bh: np.ndarray, v_bh: np.
     m_run = np.full(bm, -np.inf)                   # running max of raw scores
     l_run = np.zeros(bm)                           # running sum of exp2, relative to m_run
     acc = np.zeros((bm, q_bh.shape[1]))            # unnormalized O
-    for n_block in mask.kv_block_order(m_block, bm, bn, sq, sk):
+    points = {"b": b, "h": h}
+    for n_block in mask.kv_block_order(m_block, bm, bn, sq, sk, points):
         k_tile = _load_tile(k_bh, n_block * bn, bn)
         v_tile = _load_tile(v_bh, n_block * bn, bn)
         s = q_tile @ k_tile.T
-        if mask.block_needs_mask(n_block, m_block, bm, bn, sq, sk):
+        if mask.block_needs_mask(n_block, m_block, bm, bn, sq, sk, points):
             cols = n_block * bn + np.arange(bn)
-            s = np.where(mask.visible(rows, cols, sq, sk), s, -np.inf)
+            s = np.where(mask.visible(rows, cols, sq, sk, b=b, h=h), s, -np.inf)
         m_new = np.maximum(m_run, s.max(axis=1))
         m_new_scaled = _scaled_max(m_new, scale_log2)
         # Old max unguarded: -inf there gives a factor of exactly 0 on the (zero) accumulators.
@@ -114,7 +115,7 @@ def interpret(plan: KernelPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray,
             kv_h = h // group
             for b in range(batch):
                 o_tile, lse_tile = _query_block(plan, q[b, :, h], k[b, :, kv_h], v[b, :, kv_h],
-                                                m_block, scale)
+                                                m_block, scale, b, h)
                 out[b, stored, h] = o_tile[:n_rows]          # padding rows are never stored
                 lse[b, h, stored] = lse_tile[:n_rows]
     return out, lse
