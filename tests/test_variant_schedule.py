@@ -66,3 +66,47 @@ def test_explain_reports_tile_shares(tmp_path) -> None:  # type: ignore[no-untyp
     assert 0.85 < tiles["empty"] < 0.9 and tiles["partial"] > 0 and blocks[0] > 1
     text = CliRunner().invoke(app, ["explain", str(spec), "--seqlen", "8192"]).stdout
     assert "tiles at seqlen 8192" in text and "empty" in text
+
+
+def test_name_and_hash_cover_the_canonical_expression() -> None:
+    a = AttentionSpec(head_dim=64, dtype="bf16", mask={"expr": "kv_idx<=q_idx and (q_idx-kv_idx)<=8"})
+    b = AttentionSpec(head_dim=64, dtype="bf16", mask={"expr": "kv_idx <= q_idx and q_idx - kv_idx <= 8"})
+    c = AttentionSpec(head_dim=64, dtype="bf16", mask={"expr": "kv_idx <= q_idx and q_idx - kv_idx <= 9"})
+    assert a.mask.expr == b.mask.expr and a.name == b.name and a.spec_hash() == b.spec_hash()
+    assert c.name != a.name and c.spec_hash() != a.spec_hash()
+    assert a.name.startswith("mask_") and a.name.endswith("_bf16_hd64")
+
+
+def test_runtime_arguments_are_checked_by_name_dtype_shape_and_grad() -> None:
+    torch = pytest.importorskip("torch")
+    from attngen.features.variant import variant_of
+    from attngen.runtime.variant_args import validate
+
+    doc = {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}
+    spec = AttentionSpec(head_dim=64, dtype="bf16", name="doc_sinks", sinks="learnable",
+                         mask={"expr": "doc[b, q_idx] == doc[b, kv_idx]", "tensors": doc},
+                         score_mod={"expr": "score * t", "scalars": {"t": {"dtype": "fp32"}}})
+    args = variant_of(spec).arguments()
+    q, k = torch.zeros(2, 5, 4, 64), torch.zeros(2, 5, 2, 64)
+    good = {"doc": torch.zeros(2, 5, dtype=torch.int32), "sinks": torch.zeros(4), "t": 0.5}
+    tensors, scalars = validate(args, q, k, good, spec.name)
+    assert [tuple(t.shape) for t in tensors] == [(2, 5), (4,)] and scalars == [0.5]
+    for change, message in [
+        ({"doc": None}, "missing keyword argument 'doc'"),
+        ({"extra": 1}, "unexpected keyword argument 'extra': spec 'doc_sinks' declares doc, sinks, t"),
+        ({"doc": torch.zeros(2, 5)}, r"doc must be a torch.int32 tensor of shape \[2, 5\].*got dtype torch.float32"),
+        ({"sinks": torch.zeros(2)}, r"sinks must be a torch.float32 tensor of shape \[4\].*got shape \[2\]"),
+        ({"t": "x"}, "t must be a finite Python float"),
+    ]:
+        call = {**good, **change}
+        call = {n: v for n, v in call.items() if v is not None}
+        with pytest.raises(ValueError, match=message):
+            validate(args, q, k, call, spec.name)
+    # A float tensor other than sinks that requires grad is refused; sinks keep their autograd history.
+    bias_spec = AttentionSpec(head_dim=64, dtype="bf16", score_mod={
+        "expr": "score + w[h]", "tensors": {"w": {"dtype": "fp32", "shape": ["heads"]}}})
+    with pytest.raises(ValueError, match="w requires grad, but attngen computes gradients for q, k, v and sinks"):
+        validate(variant_of(bias_spec).arguments(), q, k, {"w": torch.zeros(4, requires_grad=True)}, "x")
+    sinks = torch.zeros(4, requires_grad=True)
+    tensors, _ = validate(args, q, k, {**good, "sinks": sinks}, spec.name)
+    assert tensors[1].requires_grad
