@@ -11,21 +11,12 @@ import pytest
 
 import attngen
 from attngen.errors import SpecError
-from attngen.planning.ir import KernelPlan, MultistageTiling
 from attngen.planning.planner import plan
 from attngen.reference.interp import interpret
 from attngen.spec.model import AttentionSpec
 
 from .test_expr_gen import mask_source
-
-
-def _with_tiles(p: KernelPlan, block_m: int, block_n: int) -> KernelPlan:
-    tiling = p.tiling
-    assert isinstance(tiling, MultistageTiling)
-    warp_m_tiles = block_m // (16 * tiling.num_warps) or 1
-    return p.model_copy(update={"tiling": tiling.model_copy(update={"block_m": block_m, "block_n": block_n,
-                                                                      "num_warps": block_m // (16 * warp_m_tiles),
-                                                                      "warp_m_tiles": warp_m_tiles})})
+from .test_interp import _with_tiles
 
 
 @pytest.mark.parametrize("seed", range(80))

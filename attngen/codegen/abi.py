@@ -80,6 +80,7 @@ BWD_PARAMS: tuple[Field, ...] = (
 )
 
 
+@lru_cache(maxsize=256)
 def with_variant(fields: tuple[Field, ...], extra: tuple[Field, ...]) -> tuple[Field, ...]:
     """`fields` with a variant's runtime fields (attngen.features.variant) appended, padded again as the C++
     struct is when it holds a 64-byte aligned tensor map; `fields` itself without any."""

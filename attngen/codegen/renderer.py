@@ -11,6 +11,7 @@ import jinja2
 from .. import __version__, families
 from ..features.dtype import dtype_trait
 from ..features.variant import variant_of
+from ..features.variant_cxx import variant_context
 from ..paths import templates_dir
 from ..toolchain.artifacts import KernelSource, Plan
 
@@ -70,7 +71,7 @@ def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
         "kernel_name": plan.kernel_name,
         "dtype": dtype_trait(spec.dtype),
         "head_dim": spec.head_dim,
-        "variant": variant_of(spec).cxx(),
+        "variant": variant_context(variant_of(spec)),
     }
 
 

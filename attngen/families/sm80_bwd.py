@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..codegen.abi import BWD_PARAMS, layout
+from ..codegen.abi import BWD_PARAMS, layout, with_variant
 from ..errors import PlanError
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
@@ -249,7 +249,7 @@ class Sm80Backward(BackwardFamily):
         from ..runtime.driver import launch
 
         b = rt.buffers(q, k, v, accumulate=plan.dq_atomic)
-        params = rt.param_block(params_with_variant(BWD_PARAMS, plan.spec), b, dout, q, k, v, out, lse,
+        params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
                                 softmax_scale, args)
         pre, dkdv, dq = plan.entry_names
         rt.preprocess(function, pre, plan.preprocess_rows, params, stream, q, b, dlse)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar
 
-from ..codegen.abi import FWD_PARAMS, layout
+from ..codegen.abi import FWD_PARAMS, layout, with_variant
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
@@ -238,7 +238,7 @@ class Sm80Forward(ForwardFamily):
         from ..runtime.driver import launch
         from ..runtime.kernel import forward_params
 
-        params = forward_params(params_with_variant(FWD_PARAMS, plan.spec), q, k, v, out, lse, softmax_scale, args)
+        params = forward_params(with_variant(FWD_PARAMS, args.fields), q, k, v, out, lse, softmax_scale, args)
         launch(fn, (-(-q.shape[1] // plan.block_m), q.shape[2], q.shape[0]), plan.threads, stream, params)
 
 

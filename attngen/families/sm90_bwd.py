@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout
+from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout, with_variant
 from ..codegen.wgmma import backward_ops
 from ..errors import PlanError
 from ..features.dtype import DTYPES, dtype_trait
@@ -143,10 +143,10 @@ class Sm90Backward(BackwardFamily):
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v, dout = (x if tma.describable(x) else x.contiguous() for x in (q, k, v, dout))
         b = rt.buffers(q, k, v, accumulate=True)
-        params = rt.param_block(params_with_variant(BWD_PARAMS, plan.spec), b, dout, q, k, v, out, lse, softmax_scale,
+        params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse, softmax_scale,
                                 args)
         # The wgmma kernel's block: the five tensor maps, then the same fields.
-        hopper = rt.param_block(params_with_variant(HOPPER_BWD_PARAMS, plan.spec), b, dout, q, k, v, out, lse,
+        hopper = rt.param_block(with_variant(HOPPER_BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
                                 softmax_scale, args)
         h = plan.dkdv_wgmma
         for field, x, rows in (("tma_q", q, h.block_m), ("tma_do", dout, h.block_m), ("tma_k", k, h.block_n),

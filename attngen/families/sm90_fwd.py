@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..codegen.abi import HOPPER_FWD_PARAMS, layout
+from ..codegen.abi import HOPPER_FWD_PARAMS, layout, with_variant
 from ..codegen.wgmma import attention_ops
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
@@ -313,8 +313,7 @@ class Sm90Forward(ForwardFamily):
 
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
-        params = forward_params(params_with_variant(HOPPER_FWD_PARAMS, plan.spec), q, k, v, out, lse, softmax_scale,
-                                args)
+        params = forward_params(with_variant(HOPPER_FWD_PARAMS, args.fields), q, k, v, out, lse, softmax_scale, args)
         for field, t, rows in (("tma_q", q, plan.block_m), ("tma_k", k, plan.block_n), ("tma_v", v, plan.block_n)):
             tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
         launch(fn, (-(-q.shape[1] // plan.block_m), q.shape[2], q.shape[0]), plan.threads, stream, params)

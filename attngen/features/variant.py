@@ -9,7 +9,6 @@ scalars. For the runtime it lists the keyword arguments a call takes (`RuntimeAr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..codegen.abi import Field
 from ..spec.model import AttentionSpec
@@ -96,12 +95,6 @@ class Variant:
                 py = ctypes.c_int32 if arg.decl.dtype == "int32" else ctypes.c_float
                 fields.append(Field(f"var_{arg.name}", CXX_DTYPES[arg.decl.dtype], py))
         return tuple(fields)
-
-    def cxx(self) -> dict[str, Any]:
-        """The template context of the Variant struct (templates/features/variant.cuh.j2)."""
-        from .variant_cxx import variant_context
-
-        return variant_context(self)
 
 
 def _summarized(mask: MaskTrait) -> frozenset[str]:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..spec.variant import TensorDecl
-
-if TYPE_CHECKING:
-    from .variant import Variant
+from .variant import CXX_DIMS, CXX_DTYPES, CXX_NAMES, SUMMARY_BLOCK, Variant
 
 #: Unbounded ranges of each element type (for a tensor read over a box the summary cannot bound).
 _UNBOUNDED = {"int": "-2147483648LL, 2147483647LL", "float": "-INFINITY, INFINITY"}
@@ -16,7 +14,6 @@ _RANGE_TYPES = {"int": "AgIRange", "float": "AgFRange"}
 
 def variant_context(variant: Variant) -> dict[str, Any]:
     from .. import expr as lang
-    from .variant import CXX_DIMS, CXX_DTYPES, CXX_NAMES, SUMMARY_BLOCK
 
     names = dict(CXX_NAMES)
     for arg in variant.arguments():

@@ -19,7 +19,7 @@ from ..features.variant import variant_of
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
 from .device import current_arch
-from .variant_args import VariantArgs
+from .variant_args import KernelVariant, VariantArgs
 
 if TYPE_CHECKING:
     import torch
@@ -36,8 +36,7 @@ class BackwardKernels:
         self.cubins: dict[Arch, Cubin] = {}
         self._loaded: dict[tuple[int, str], Any] = {}
         self._lock = threading.Lock()
-        self.variant = variant_of(spec)
-        self.arguments = self.variant.arguments()
+        self.variant = KernelVariant.of(variant_of(spec))
 
     def cubin(self, arch: Arch) -> Cubin:
         with self._lock:
@@ -74,7 +73,7 @@ class BackwardKernels:
         def function(entry: str, smem: int) -> Any:
             return self._function(device, arch, entry, smem)
 
-        args = prepare(self.variant, self.arguments, q, extras, scalars)
+        args = prepare(self.variant, q, extras, scalars)
         dq, dk, dv = backward_family(plan.family).launch(plan, function, stream, dout, q, k, v, out, lse, dlse,
                                                          softmax_scale, args)
         sinks = args.tensors.get(SINKS)

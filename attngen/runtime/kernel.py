@@ -15,7 +15,7 @@ from ..toolchain.artifacts import Cubin
 from . import op
 from . import variant_args as variant_args_mod
 from .device import current_arch
-from .variant_args import VariantArgs
+from .variant_args import KernelVariant, VariantArgs
 
 if TYPE_CHECKING:
     import torch
@@ -37,9 +37,9 @@ class AttentionKernel:
         self.cubins = dict(cubins)
         self.key = f"{spec.name}-{'-'.join(sorted(c.cache_key[:12] or a.value for a, c in cubins.items()))}"
         self._loaded: dict[int, Any] = {}
-        self.variant = variant_of(spec)
-        #: The runtime tensors and scalars a call takes (parsed once, never while torch.compile traces).
-        self.arguments = self.variant.arguments()
+        #: The runtime tensors and scalars a call takes and the fields they fill (derived once, never while
+        #: torch.compile traces or a launch runs).
+        self.variant = KernelVariant.of(variant_of(spec))
         self._lock = threading.Lock()
         from .backward import BackwardKernels
 
@@ -58,7 +58,7 @@ class AttentionKernel:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, softmax_scale: float | None = None,
                  return_lse: bool = False, **variant_args: Any) -> Any:
         scale = self._check(q, k, v, softmax_scale)
-        extras, scalars = variant_args_mod.validate(self.arguments, q, k, variant_args, self.spec.name)
+        extras, scalars = variant_args_mod.validate(self.variant.arguments, q, k, variant_args, self.spec.name)
         out, lse = op.attention_fwd(q, k, v, scale, self.key, extras, scalars)
         return (out, lse) if return_lse else out
 
@@ -108,7 +108,7 @@ class AttentionKernel:
         fn = self._function(q.device.index or 0, arch)
         stream = torch.cuda.current_stream(q.device).cuda_stream
         # The family builds its parameter block and grid, and launches.
-        args = variant_args_mod.prepare(self.variant, self.arguments, q, extras, scalars)
+        args = variant_args_mod.prepare(self.variant, q, extras, scalars)
         forward_family(plan.family).launch(plan, fn, stream, q, k, v, out, lse, softmax_scale, args)
 
 

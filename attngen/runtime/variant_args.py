@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from ..codegen.abi import Field
 from ..features.score_mod import ALIBI_SLOPES, alibi_slopes
 from ..features.variant import SUMMARY_BLOCK, RuntimeArg, Variant
 from ..spec.variant import TensorDecl
@@ -20,11 +21,25 @@ if TYPE_CHECKING:
 _TORCH_DTYPES = {"int32": "int32", "fp32": "float32"}
 
 
+@dataclass(frozen=True)
+class KernelVariant:
+    """What a compiled kernel needs of its spec's variant at every call, derived once (parsing the expressions
+    is never on a launch's path): the runtime arguments and the parameter-block fields they fill."""
+
+    arguments: tuple[RuntimeArg, ...]
+    fields: tuple[Field, ...]
+
+    @classmethod
+    def of(cls, variant: Variant) -> KernelVariant:
+        return cls(variant.arguments(), variant.param_fields())
+
+
 @dataclass
 class VariantArgs:
-    """The prepared arguments of one call, in `variant.arguments()` order."""
+    """The prepared arguments of one call, and the parameter-block fields (`fields`, appended to a family's
+    own with abi.with_variant) they are written into."""
 
-    variant: Variant
+    fields: tuple[Field, ...]
     tensors: dict[str, Any] = field(default_factory=dict)
     scalars: dict[str, float | int] = field(default_factory=dict)
     summaries: dict[str, Any] = field(default_factory=dict)
@@ -91,12 +106,11 @@ def validate(arguments: tuple[RuntimeArg, ...], q: Any, k: Any, kwargs: Mapping[
     return tensors, scalars
 
 
-def prepare(variant: Variant, arguments: tuple[RuntimeArg, ...], q: Any, tensors: list[Any],
-            scalars: list[float]) -> VariantArgs:
+def prepare(kernel: KernelVariant, q: Any, tensors: list[Any], scalars: list[float]) -> VariantArgs:
     """The launch's view of validated arguments: computed tensors added, summaries taken."""
-    args = VariantArgs(variant, batch=q.shape[0])
+    args = VariantArgs(kernel.fields, batch=q.shape[0])
     given_tensors, given_scalars = iter(tensors), iter(scalars)
-    for arg in arguments:
+    for arg in kernel.arguments:
         if arg.computed:
             args.tensors[arg.name] = _computed(arg.name, q)
         elif isinstance(arg.decl, TensorDecl):

@@ -623,23 +623,12 @@ struct Variant {
     return tile<BM, BN>(m_block, n_block) != kTileFull;
   }
 
-  // The KV blocks a query block visits: the first and last that are not empty. The warp's lanes
-  // classify 32 blocks at a time (call it with the whole warp).
+  // The KV blocks a query block visits: the first and last that are not empty (call it with the whole warp).
   template <int BM, int BN>
   __device__ __forceinline__ BlockRange kv_blocks(int m_block) const {
     const int blocks = (sk + BN - 1) / BN;
     if constexpr (kDense) return BlockRange{0, blocks};
-    int first = blocks, last = -1;
-    for (int base = 0; base < blocks; base += 32) {
-      const int n = base + (int)(threadIdx.x % 32);
-      const bool live = n < blocks && tile<BM, BN>(m_block, n) != kTileEmpty;
-      const unsigned bits = __ballot_sync(0xffffffffu, live);
-      if (bits) {
-        first = min(first, base + __ffs(bits) - 1);
-        last = base + 31 - __clz(bits);
-      }
-    }
-    return last < first ? BlockRange{0, 0} : BlockRange{first, last + 1};
+    return live_range(blocks, [&](int n) { return tile<BM, BN>(m_block, n) != kTileEmpty; });
   }
 
   // The query blocks that see some key of a KV block (the backward's loop); call it with the whole warp.
@@ -647,11 +636,17 @@ struct Variant {
   __device__ __forceinline__ BlockRange q_blocks(int n_block) const {
     const int blocks = (sq + BM - 1) / BM;
     if constexpr (kDense) return BlockRange{0, blocks};
+    return live_range(blocks, [&](int m) { return tile<BM, BN>(m, n_block) != kTileEmpty; });
+  }
+
+  // The first and last of blocks [0, blocks) for which live(i) holds: the warp's lanes test 32 blocks at a
+  // time and vote.
+  template <class Live>
+  static __device__ __forceinline__ BlockRange live_range(int blocks, Live live) {
     int first = blocks, last = -1;
     for (int base = 0; base < blocks; base += 32) {
-      const int m = base + (int)(threadIdx.x % 32);
-      const bool live = m < blocks && tile<BM, BN>(m, n_block) != kTileEmpty;
-      const unsigned bits = __ballot_sync(0xffffffffu, live);
+      const int i = base + (int)(threadIdx.x % 32);
+      const unsigned bits = __ballot_sync(0xffffffffu, i < blocks && live(i));
       if (bits) {
         first = min(first, base + __ffs(bits) - 1);
         last = base + 31 - __clz(bits);
