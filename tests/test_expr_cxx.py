@@ -337,3 +337,33 @@ def test_nvrtc_compiles_the_emitted_code_as_device_code(arrays: dict[str, np.nda
     out = run_nvrtc(code, "expr_probe.cu", compile_options("sm_80"))
     assert out.ok, out.log[-4000:]
     assert "expr_probe" in out.log or out.cubin
+
+
+def test_device_tanh_is_within_its_stated_error(tmp_path: Path) -> None:
+    """The device branch's tanh (the rational fit a softcap pays one MUFU for), taken from the prelude's text and
+    compiled by g++ with host twins of its two PTX helpers: within 4e-7 relative of tanh over a dense sweep, 1 past
+    the clamp, NaN kept."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not on PATH")
+    prelude = (PRELUDE_DIR / "expr_prelude.cuh").read_text()
+    device = prelude[prelude.index("#if defined(__CUDACC__)"):]
+    start = device.index("ATTNGEN_HD float ag_tanh(float x) {")
+    body = device[start:device.index("\n}\n", start) + 3]
+    main = "\n".join([
+        "#include <cmath>", "#include <cstdio>", "#define ATTNGEN_HD static",
+        "static float ag_clamp_nan(float x, float lo, float hi) { return x != x ? x : x < lo ? lo : x > hi ? hi : x; }",
+        "static float ag_rcp_approx(float x) { return 1.f / x; }",
+        body,
+        "int main() { double worst = 0; float at = 0;",
+        "  for (int i = -2000000; i <= 2000000; ++i) { float x = i * 6e-6f; if (i % 2) x = i * 5e-6f * 2.5f;",
+        "    double want = std::tanh((double)x), got = ag_tanh(x);",
+        "    double rel = want == 0 ? std::fabs(got) : std::fabs(got - want) / std::fabs(want);",
+        "    if (rel > worst) { worst = rel; at = x; } }",
+        "  std::printf(\"%.3e %.6f %.9f %d\\n\", worst, at, ag_tanh(1e30f), (int)std::isnan(ag_tanh(NAN))); }",
+    ])
+    (tmp_path / "t.cpp").write_text(main)
+    subprocess.run(["g++", "-std=c++17", "-O1", str(tmp_path / "t.cpp"), "-o", str(tmp_path / "t")], check=True)
+    worst, _, big, nan = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True,
+                                        check=True).stdout.split()
+    assert float(worst) < 4e-7, worst
+    assert abs(float(big) - 1.0) < 4e-7 and nan == "1"

@@ -41,6 +41,8 @@ CUSTOM = [
     {"head_dim": 128, "dtype": "bf16", "mask": "prefix_lm"},
     {"head_dim": 64, "dtype": "fp16", "name": "streaming_small",
      "mask": {"expr": "kv_idx <= q_idx + sk - sq and (q_idx + sk - sq - kv_idx <= 100 or kv_idx < 4)"}},
+    {"head_dim": 128, "dtype": "bf16", "name": "streaming_per_head",   # holes that differ between GQA heads
+     "mask": {"expr": "kv_idx <= q_idx + sk - sq and (q_idx + sk - sq - kv_idx <= 64 + 128 * (h % 2) or kv_idx < 4)"}},
     {"head_dim": 128, "dtype": "bf16", "name": "rel_bias", "mask": "causal",
      "score_mod": {"expr": "score + bias[h, min(abs(q_idx - kv_idx), 1023)]",
                    "tensors": {"bias": {"dtype": "fp32", "shape": ["heads", 1024]}}}},

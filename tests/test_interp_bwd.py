@@ -259,15 +259,15 @@ def test_reference_grads_match_finite_differences(window: tuple[int, int]) -> No
 def test_dropping_a_query_block_is_caught(monkeypatch: pytest.MonkeyPatch, deterministic: bool) -> None:
     inputs = _inputs(np.random.default_rng(6), 1, 100, 100, 2, 1, 32, -1, 0)
     _assert_matches((32, 32), (-1, 0), inputs, deterministic)
-    real = MaskTrait.q_block_range
-    monkeypatch.setattr(MaskTrait, "q_block_range", lambda *args: (real(*args)[0], real(*args)[1] - 1))
+    real = MaskTrait.q_block_order
+    monkeypatch.setattr(MaskTrait, "q_block_order", lambda *args: real(*args)[:-1])
     assert max(_grad_errors((32, 32), (-1, 0), inputs, deterministic)) > 1e-2
 
 
 def test_starting_a_query_block_late_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     inputs = _inputs(np.random.default_rng(7), 1, 100, 100, 2, 1, 32, 5, 3)
-    real = MaskTrait.q_block_range
-    monkeypatch.setattr(MaskTrait, "q_block_range", lambda *args: (real(*args)[0] + 1, real(*args)[1]))
+    real = MaskTrait.q_block_order
+    monkeypatch.setattr(MaskTrait, "q_block_order", lambda *args: real(*args)[1:])
     assert max(_grad_errors((16, 16), (5, 3), inputs, False)) > 1e-2
 
 

@@ -101,3 +101,71 @@ def test_runtime_arguments_are_checked_by_name_dtype_shape_and_grad() -> None:
     sinks = torch.zeros(4, requires_grad=True)
     tensors, _ = validate(args, q, k, {**good, "sinks": sinks}, spec.name)
     assert tensors[1].requires_grad
+
+
+# --- loops step over empty tiles inside a run (masks with holes) ------------------------------------------------
+
+def _preset(rng: random.Random) -> dict[str, object]:
+    kind = rng.choice(["none", "causal", "sliding_window", "chunked", "prefix_lm"])
+    if kind == "sliding_window":
+        return {"kind": kind, "window": [rng.choice([0, 3, 17, 40]), rng.choice([-1, 0, 5, 33])]}
+    if kind == "chunked":
+        return {"kind": kind, "chunk": rng.choice([1, 7, 16, 50])}
+    return {"kind": kind}
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_preset_masks_keep_every_row_and_column_of_tiles_in_one_run(seed: int) -> None:
+    """The presets' loops step by one between the first and last live tile: no empty tile may sit inside."""
+    from attngen.expr import TileClass
+    from attngen.expr.interval import tensor_bounds_from_arrays
+    from attngen.features.mask import mask_trait
+
+    rng = random.Random(seed)
+    spec = AttentionSpec(head_dim=64, dtype="bf16", mask=_preset(rng))
+    trait = mask_trait(spec)
+    assert trait.contiguous
+    sq, sk = rng.randint(1, 150), rng.randint(1, 150)
+    bm, bn = rng.choice([8, 16, 32]), rng.choice([8, 16, 32])
+    bounds = tensor_bounds_from_arrays({"prefix_len": np.array([rng.randint(0, sk + 5)], dtype=np.int32)})
+    live = np.array([[trait.tile(m, n, bm, bn, sq, sk, {"b": 0, "h": 0}, bounds) is not TileClass.EMPTY
+                      for n in range(-(-sk // bn))] for m in range(-(-sq // bm))])
+    for line in [*live, *live.T]:
+        hits = np.flatnonzero(line)
+        if hits.size:
+            assert line[hits[0]:hits[-1] + 1].all(), (spec.mask, sq, sk, bm, bn, line)
+
+
+def test_streaming_walks_only_the_sink_and_window_tiles() -> None:
+    """Streaming (4 sink tokens + a window of 1024) has empty tiles between the sinks and the window: the loops
+    visit the sink block and the window's blocks only, forward (KV blocks) and backward (query blocks)."""
+    from attngen.catalogue import load_catalogue
+    from attngen.features.mask import mask_trait
+
+    spec = next(s for s in load_catalogue() if s.name == "streaming_bf16_hd128")
+    trait = mask_trait(spec)
+    assert not trait.contiguous
+    n = 8192
+    order = trait.kv_block_order(100, 64, 64, n, n)
+    assert order == [*range(100, 100 - 1024 // 64 - 1, -1), 0]   # rows 6400..6463 see keys from 5376 (block 84)
+    column = trait.q_block_order(10, 64, 64, n, n)
+    assert column == list(range(10, 10 + 1024 // 64 + 1))
+    assert trait.q_block_order(0, 64, 64, n, n) == list(range(n // 64))   # the sink tokens' block: every query
+
+
+def test_a_mask_with_holes_keeps_a_live_tile_bitmap_on_hopper() -> None:
+    """The warp-specialized kernels of a mask with holes reserve the live-tile bitmap in the budget; presets do not."""
+    from attngen.planning.planner_bwd import plan_bwd
+    from attngen.planning.shared import SCHEDULE_WORDS
+
+    streaming = {"expr": "kv_idx <= q_idx and (q_idx - kv_idx <= 64 or kv_idx < 4)"}
+    for mask, words in ((streaming, SCHEDULE_WORDS), ("causal", 0)):
+        spec = AttentionSpec(head_dim=128, dtype="bf16", mask=mask, pipeline="warp_specialized")
+        fwd = plan(spec, "sm90")
+        assert fwd.smem.schedule_words == words
+        bwd = plan_bwd(spec, "sm90")
+        assert bwd.dkdv_wgmma.schedule_words == words
+        for kernel_plan in (fwd, bwd):
+            text = attngen.render(kernel_plan).code
+            assert f"kHoles = {'true' if words else 'false'}" in text
+            assert f"kScheduleWords = {words};" in text

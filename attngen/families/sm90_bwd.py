@@ -24,7 +24,7 @@ from ..features.variant import params_with_variant
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import HopperBwdPlan, HopperBwdTiling, SmemRegions
 from ..planning.planner_bwd import BackwardFamily, LoadFunction
-from ..planning.shared import ALIGN_SLACK, kernel_name, setmaxnreg_split
+from ..planning.shared import ALIGN_SLACK, kernel_name, schedule_words, setmaxnreg_split
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 from .base import Coverage
 
@@ -55,15 +55,17 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     dq_cols = 64
     col_step, query_step = (64, 0) if bm == 64 else (0, 64)
     # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup; mbarriers.
-    # ... and per consumer warpgroup a double buffer of the query rows' LSE and D.
+    # ... and per consumer warpgroup a double buffer of the query rows' LSE and D; a mask with holes adds
+    # its live-tile bitmap (planning.shared.SCHEDULE_WORDS).
     # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
     # would spill beside S^T and dP^T: 60 B at hd64), so P^T gets a tile beside dS^T.
     from_smem = bm == 128
     wgs = bn // 64
+    words = schedule_words(spec)
     layout = SmemRegions.stack([
         ("K", bn * d * e), ("V", bn * d * e), ("Q", st * bm * d * e), ("DO", st * bm * d * e), ("DS", bn * bm * e),
         ("P", bn * bm * e if from_smem else 0), ("DQ", wgs * 64 * dq_cols * 4), ("Rows", wgs * 2 * 2 * bm * 4),
-        ("Bar", 8 * (1 + 2 * st)), ("Slack", ALIGN_SLACK)])
+        ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
     regs = d + bm + REG_OVERHEAD
@@ -73,7 +75,7 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=producer_regs,
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
                            dq_query_step=query_step, dkv_from_smem=from_smem, smem_bytes=smem, smem=layout,
-                           regs_estimate=regs)
+                           regs_estimate=regs, schedule_words=words)
 
 
 class Sm90Backward(BackwardFamily):

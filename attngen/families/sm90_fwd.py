@@ -23,7 +23,15 @@ from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles, WarpSpecializedTiling
 from ..planning.planner import ForwardFamily, cost_terms, lowest_reason, predicted
-from ..planning.shared import ALIGN_SLACK, PRODUCER_REGS, REF_HIDDEN, REF_SEQLEN, kernel_name, setmaxnreg_split
+from ..planning.shared import (
+    ALIGN_SLACK,
+    PRODUCER_REGS,
+    REF_HIDDEN,
+    REF_SEQLEN,
+    kernel_name,
+    schedule_words,
+    setmaxnreg_split,
+)
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
 
@@ -112,9 +120,12 @@ def smem_layout(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> SmemLayou
     kv_bytes = tiling.block_n * spec.head_dim * elem
     kv_offset = q_bytes
     barrier_offset = kv_offset + 2 * tiling.stages * kv_bytes
-    total = barrier_offset + 8 + BARRIER_BYTES_PER_STAGE * tiling.stages + ALIGN_SLACK
+    schedule_offset = barrier_offset + 8 + BARRIER_BYTES_PER_STAGE * tiling.stages
+    words = schedule_words(spec)
+    total = schedule_offset + 4 * words + ALIGN_SLACK
     return SmemLayout(q_offset=0, q_bytes=q_bytes, kv_offset=kv_offset, k_tile_bytes=kv_bytes, v_tile_bytes=kv_bytes,
-                      stage_bytes=2 * kv_bytes, total_bytes=total, swizzle_chunks=8, barrier_offset=barrier_offset)
+                      stage_bytes=2 * kv_bytes, total_bytes=total, swizzle_chunks=8, barrier_offset=barrier_offset,
+                      schedule_offset=schedule_offset, schedule_words=words)
 
 
 def register_estimate(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:
@@ -183,8 +194,9 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: WarpSpecializedTiling,
 
     if smem > info.smem_per_block:
         return reject(f"block_m {tiling.block_m} block_n {tiling.block_n}, {tiling.stages} stages needs {smem} B "
-                      f"({layout_.q_bytes} Q + {tiling.stages} x {layout_.stage_bytes} K/V + barriers and "
-                      f"{ALIGN_SLACK} alignment); {info.arch.value} allows {info.smem_per_block} B per block")
+                      f"({layout_.q_bytes} Q + {tiling.stages} x {layout_.stage_bytes} K/V + barriers, "
+                      f"{4 * layout_.schedule_words} live-tile bitmap and {ALIGN_SLACK} alignment); "
+                      f"{info.arch.value} allows {info.smem_per_block} B per block")
     if regs > cap:
         p_regs = p_registers(spec, tiling)
         return reject(f"consumer needs ~{regs} registers (O {spec.head_dim // 2} + S {tiling.block_n // 2} + "

@@ -37,6 +37,11 @@ class MaskTrait:
     band: tuple[int, int] | None = None
     #: The share of the score matrix the cost models charge (the tilings are ranked at one seqlen).
     cost_density: float = 1.0
+    #: The tiles the classifier keeps in every row (a query block's KV blocks) and every column (a KV block's
+    #: query blocks) form one run, so the loops step by one between the first and the last. True for the
+    #: presets (a test checks it by brute force); a general expression may leave empty tiles inside the run
+    #: (streaming's sink tokens and window), and its loops step over them.
+    contiguous: bool = False
 
     @property
     def name_part(self) -> str:
@@ -97,24 +102,38 @@ class MaskTrait:
 
     def kv_block_order(self, m_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int,
                        points: Mapping[str, int] | None = None) -> list[int]:
-        """The KV blocks a query block visits, in the kernel's order (last non-empty down to first); `points`
-        gives b and h (0 when absent)."""
-        from .. import expr as lang
-
+        """The KV blocks a query block visits, in the kernel's order (last non-empty down to first, stepping
+        over empty ones unless the mask is contiguous); `points` gives b and h (0 when absent)."""
         blocks = -(-seqlen_k // block_n)
-        live = [n for n in range(blocks)
-                if self.tile(m_block, n, block_m, block_n, seqlen_q, seqlen_k, points) is not lang.TileClass.EMPTY]
-        return list(range(live[-1], live[0] - 1, -1)) if live else []
+        live = [n for n in range(blocks) if self._live(m_block, n, block_m, block_n, seqlen_q, seqlen_k, points)]
+        return self._walk(live)[::-1]
+
+    def q_block_order(self, n_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int,
+                      points: Mapping[str, int] | None = None) -> list[int]:
+        """The query blocks that see some key of a KV block, first to last (stepping over empty ones unless the
+        mask is contiguous)."""
+        blocks = -(-seqlen_q // block_m)
+        live = [m for m in range(blocks) if self._live(m, n_block, block_m, block_n, seqlen_q, seqlen_k, points)]
+        return self._walk(live)
 
     def q_block_range(self, n_block: int, block_m: int, block_n: int, seqlen_q: int,
                       seqlen_k: int) -> tuple[int, int]:
-        """The query blocks [m_min, m_max) that see some key of a KV block."""
+        """The query blocks [m_min, m_max) from the first to the last that see some key of a KV block."""
+        live = self.q_block_order(n_block, block_m, block_n, seqlen_q, seqlen_k)
+        return (live[0], live[-1] + 1) if live else (0, 0)
+
+    def _live(self, m_block: int, n_block: int, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int,
+              points: Mapping[str, int] | None) -> bool:
         from .. import expr as lang
 
-        blocks = -(-seqlen_q // block_m)
-        live = [m for m in range(blocks)
-                if self.tile(m, n_block, block_m, block_n, seqlen_q, seqlen_k) is not lang.TileClass.EMPTY]
-        return (live[0], live[-1] + 1) if live else (0, 0)
+        tile = self.tile(m_block, n_block, block_m, block_n, seqlen_q, seqlen_k, points)
+        return tile is not lang.TileClass.EMPTY
+
+    def _walk(self, live: list[int]) -> list[int]:
+        """The blocks a loop visits, ascending: every one from the first live to the last when contiguous."""
+        if self.contiguous and live:
+            return list(range(live[0], live[-1] + 1))
+        return live
 
     def block_needs_mask(self, n_block: int, m_block: int, block_m: int, block_n: int, seqlen_q: int,
                          seqlen_k: int, points: Mapping[str, int] | None = None) -> bool:
@@ -154,28 +173,28 @@ def _band(left: int, right: int) -> str | None:
 
 
 def _none(mask: Mask) -> MaskTrait:
-    return MaskTrait(mask, None, band=(-1, -1))
+    return MaskTrait(mask, None, band=(-1, -1), contiguous=True)
 
 
 def _causal(mask: Mask) -> MaskTrait:
-    return MaskTrait(mask, _band(-1, 0), band=(-1, 0), cost_density=0.5)
+    return MaskTrait(mask, _band(-1, 0), band=(-1, 0), cost_density=0.5, contiguous=True)
 
 
 def _sliding_window(mask: Mask) -> MaskTrait:
     assert mask.window is not None
     left, right = mask.window
-    return MaskTrait(mask, _band(left, right), band=(left, right))
+    return MaskTrait(mask, _band(left, right), band=(left, right), contiguous=True)
 
 
 def _chunked(mask: Mask) -> MaskTrait:
     chunk = mask.chunk
-    return MaskTrait(mask, f"{DIAG} // {chunk} == kv_idx // {chunk} and kv_idx <= {DIAG}")
+    return MaskTrait(mask, f"{DIAG} // {chunk} == kv_idx // {chunk} and kv_idx <= {DIAG}", contiguous=True)
 
 
 def _prefix_lm(mask: Mask) -> MaskTrait:
     prefix = TensorDecl(dtype="int32", shape=("batch",))
     return MaskTrait(mask, f"kv_idx < prefix_len[b] or kv_idx <= {DIAG}", tensors={"prefix_len": prefix},
-                     cost_density=0.5)
+                     cost_density=0.5, contiguous=True)
 
 
 def _expr(mask: Mask) -> MaskTrait:

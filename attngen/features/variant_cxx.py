@@ -27,6 +27,7 @@ def variant_context(variant: Variant) -> dict[str, Any]:
         "left": band[0] if band else -1,
         "right": band[1] if band else -1,
         "dense": mask is None,
+        "holes": not variant.mask.contiguous,
         "mask_per_head": mask is not None and "h" in lang.free_names(mask),
         "visible": "true" if mask is None else lang.emit(mask, names),
         "classify": _classify(mask, names),

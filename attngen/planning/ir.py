@@ -111,6 +111,9 @@ class SmemLayout(_Frozen):
     swizzle_chunks: int
     #: Hopper pipelines: the mbarriers after the K and V stages (0: none).
     barrier_offset: int = 0
+    #: Hopper pipelines, masks with holes: the live-tile bitmap after the mbarriers (planning.shared.SCHEDULE_WORDS).
+    schedule_offset: int = 0
+    schedule_words: int = 0
 
 
 class WarpRoles(_Frozen):
@@ -236,6 +239,8 @@ class HopperBwdTiling(_Frozen):
     #: The regions of smem_bytes, offsets computed once (SmemRegions.stack).
     smem: SmemRegions
     regs_estimate: int
+    #: Words of the live-tile bitmap of a mask with holes (planning.shared.SCHEDULE_WORDS; 0: none).
+    schedule_words: int = 0
 
     @property
     def threads(self) -> int:

@@ -29,6 +29,21 @@ CP_ASYNC_BYTES = 16
 #: Shared memory kept free to align TMA tiles to 1024 bytes (128-byte swizzle atoms) whatever address
 #: the dynamic shared memory starts at.
 ALIGN_SLACK = 1024
+#: Words of the live-tile bitmap a warp-specialized kernel keeps in shared memory for a mask with holes (a
+#: general expression may leave empty tiles between live ones): the block writes it while it finds its range,
+#: and the producer thread steps over empty tiles by it instead of running the classifier within setmaxnreg's
+#: 24 registers (the document mask spilled 300 B there). 128 words hold 4096 tiles (512k keys in 128-key
+#: blocks); tiles past them are visited under the element mask.
+SCHEDULE_WORDS = 128
+
+
+def schedule_words(spec: AttentionSpec) -> int:
+    """The live-tile bitmap's words a warp-specialized kernel of this spec keeps (0: its mask has no holes)."""
+    from ..features.mask import mask_trait
+
+    return 0 if mask_trait(spec).contiguous else SCHEDULE_WORDS
+
+
 #: Registers of a producer warpgroup after setmaxnreg.dec: it only computes copy coordinates.
 PRODUCER_REGS = 24
 

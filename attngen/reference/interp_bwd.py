@@ -83,9 +83,8 @@ def _load_rows(x: np.ndarray, start: int, rows: int, fill: float) -> np.ndarray:
 
 
 def _q_block_order(mask: MaskTrait, n_block: int, bm: int, bn: int, sq: int, sk: int) -> list[int]:
-    """Query blocks of KV block ``n_block`` in the kernel's order: ``m_max - 1`` down to ``m_min``."""
-    m_min, m_max = mask.q_block_range(n_block, bm, bn, sq, sk)
-    return list(range(m_max - 1, m_min - 1, -1))
+    """Query blocks of KV block ``n_block`` in the kernel's order: the last down to the first."""
+    return mask.q_block_order(n_block, bm, bn, sq, sk)[::-1]
 
 
 def _probabilities(s: np.ndarray, lse2_tile: np.ndarray, scale_log2: float, masked: bool,

@@ -30,14 +30,17 @@ constexpr int kSmemQ = 0;
 constexpr int kSmemK = 65536;
 constexpr int kSmemV = kSmemK + kStages * kKVTileBytes;
 constexpr int kSmemBar = 229376;
+constexpr int kSmemSchedule = 229448;
+constexpr int kScheduleWords = 0;   // the live-tile bitmap of a mask with holes
 static_assert(kBlockM == 64 * kConsumerWGs, "one 64-row wgmma tile per consumer warpgroup");
 static_assert(kHeadDim % 64 == 0, "TMA boxes of 128 bytes: head_dim must be a multiple of 64");
 static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block_n: k-steps of 16, wgmma N <= 256");
 static_assert(kQTileBytes == kBlockM * kHeadDim * kElemBytes && kKVTileBytes == kBlockN * kHeadDim * kElemBytes, "tile bytes");
 static_assert(kSmemK % 1024 == 0 && kKVTileBytes % 1024 == 0 && kSmemBar >= kSmemV + kStages * kKVTileBytes,
               "128-byte swizzled tiles sit on 1024-byte boundaries, barriers after them");
-static_assert(kSmemBar + 8 + 4 * 8 * kStages + 1024 == 230472,
-              "planner and template disagree on shared memory (barriers: Q, then full/empty of K and V per stage)");
+static_assert(kSmemSchedule == kSmemBar + 8 + 4 * 8 * kStages && kSmemSchedule + 4 * kScheduleWords + 1024 == 230472,
+              "planner and template disagree on shared memory (barriers: Q, then full/empty of K and V per stage; "
+              "the live-tile bitmap)");
 static_assert(!kPingpong || kConsumerWGs == 2, "ping-pong alternates two consumer warpgroups");
 }  // namespace attngen
 
@@ -521,16 +524,36 @@ ATTNGEN_HD int ag_floor(float x) {
 ATTNGEN_HD float ag_exp(float x) { return expf(x); }
 ATTNGEN_HD float ag_log(float x) { return logf(x); }
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-// tanh from one ex2.approx and one fast reciprocal (relative error about 1e-6), an odd Taylor polynomial near 0
-// where 1 - 2 / (e^2x + 1) would cancel: several times cheaper than tanhf in a softcap's inner loop.
+// x clamped into [lo, hi], NaN kept (max.NaN / min.NaN: one instruction each, no branch).
+ATTNGEN_HD float ag_clamp_nan(float x, float lo, float hi) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(lo));
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(r), "f"(hi));
+  return r;
+}
+// 1 / x by one MUFU.RCP (about 1 ulp; no denormal guard, for denominators in [1, 2^126]).
+ATTNGEN_HD float ag_rcp_approx(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+// tanh as x P(x^2) / Q(x^2) on x clamped to +-7.9053 (where float tanh is 1 to 4e-7), P of degree 5 and Q of
+// degree 3 (Q in [1, 17]) fitted for the least maximal relative error (benchmarks/NOTES.md): 9 FMAs, one
+// MUFU.RCP and no branch, within 4e-7 of tanh over all floats, NaN kept. A softcap's inner loop pays one MUFU.
 ATTNGEN_HD float ag_tanh(float x) {
-  const float ax = fabsf(x);
-  if (ax < 0.125f) {
-    const float x2 = x * x;
-    return x * (1.f - x2 * (0.333333343f - x2 * (0.133333340f - x2 * 0.0539682540f)));
-  }
-  const float t = 1.f - __fdividef(2.f, exp2f(ax * 2.88539008f) + 1.f);
-  return copysignf(t, x);
+  const float c = ag_clamp_nan(x, -7.90531110763549805f, 7.90531110763549805f);
+  const float t = c * c;
+  float p = 2.647716247e-11f;
+  p = fmaf(p, t, -1.573038016e-08f);
+  p = fmaf(p, t, 1.019148294e-05f);
+  p = fmaf(p, t, 3.018444168e-03f);
+  p = fmaf(p, t, 1.300905176e-01f);
+  p = fmaf(p, t, 9.999999991e-01f);
+  float q = 2.417995279e-04f;
+  q = fmaf(q, t, 2.415980079e-02f);
+  q = fmaf(q, t, 4.634238119e-01f);
+  q = fmaf(q, t, 1.f);
+  return c * p * ag_rcp_approx(q);
 }
 #else
 ATTNGEN_HD float ag_tanh(float x) { return tanhf(x); }
@@ -690,7 +713,7 @@ ATTNGEN_HD AgIRange ag_fv_floor(AgFRange a) {
 ATTNGEN_HD AgFRange ag_fv_up(float lo, float hi, bool nan) { return AgFRange{ag_down(lo, 4), ag_up(hi, 4), nan}; }
 ATTNGEN_HD AgFRange ag_fv_exp(AgFRange a) { return ag_fv_up(ag_exp(a.lo), ag_exp(a.hi), a.nan); }
 ATTNGEN_HD AgFRange ag_fv_tanh(AgFRange a) {
-  // The device tanh is within about 1e-6 relative: widen by more than that.
+  // The device tanh is within 4e-7 relative: widen by more than that.
   AgFRange r = ag_fv_up(ag_tanh(a.lo), ag_tanh(a.hi), a.nan);
   r.lo -= 4e-6f * fabsf(r.lo);
   r.hi += 4e-6f * fabsf(r.hi);
@@ -751,6 +774,26 @@ __device__ __forceinline__ BlockRange range_union(BlockRange a, BlockRange b) {
 
 enum : int { kTileEmpty = 0, kTilePartial = 1, kTileFull = 2 };
 
+// Live tiles of a row or column as bits in shared memory (a mask with holes in a warp-specialized kernel): the
+// block writes them while it finds its range, and the walks read them, so the producer thread (setmaxnreg's
+// few registers) never runs the classifier. Tiles past `words` x 32 bits count as live (visited under the
+// element mask). No words: no bitmap; the walks classify.
+struct TileBits {
+  unsigned* words = nullptr;
+  int count = 0;
+  __device__ __forceinline__ bool present() const { return words != nullptr; }
+  __device__ __forceinline__ bool live(int i) const {
+    return i >= count * 32 || ((words[i / 32] >> (i % 32)) & 1u);
+  }
+  __device__ __forceinline__ void store(int word, unsigned votes) const {
+    if (words != nullptr && word < count) words[word] = votes;
+  }
+  // The bits from word `word` on (one head's section of a group's bitmap).
+  __device__ __forceinline__ TileBits from_word(int word) const {
+    return words == nullptr ? TileBits{} : TileBits{words + min(word, count), max(0, count - word)};
+  }
+};
+
 
 template <class P>
 struct Variant {
@@ -768,6 +811,9 @@ struct Variant {
   static constexpr bool kDense = false;
   //: The mask reads the head (h): its tiles and ranges may differ between the heads of a GQA group.
   static constexpr bool kMaskPerHead = false;
+  //: A row or column of tiles may hold empty tiles between live ones (a general expression): the loops
+  //: step over them (KvWalk, QTileWalk). The presets never do, and their loops step by one.
+  static constexpr bool kHoles = false;
   static constexpr bool kScoreMod = false;
   //: The score mod's derivative is the constant kScoreGrad (no per-element term to keep).
   static constexpr bool kScoreGradConst = true;
@@ -813,32 +859,34 @@ struct Variant {
   }
 
   // The KV blocks a query block visits: the first and last that are not empty (call it with the whole warp).
+  // `bits`, when given, receives the live blocks as a bitmap (TileBits).
   template <int BM, int BN>
-  __device__ __forceinline__ BlockRange kv_blocks(int m_block) const {
+  __device__ __forceinline__ BlockRange kv_blocks(int m_block, TileBits bits = {}) const {
     const int blocks = (sk + BN - 1) / BN;
     if constexpr (kDense) return BlockRange{0, blocks};
-    return live_range(blocks, [&](int n) { return tile<BM, BN>(m_block, n) != kTileEmpty; });
+    return live_range(blocks, bits, [&](int n) { return tile<BM, BN>(m_block, n) != kTileEmpty; });
   }
 
   // The query blocks that see some key of a KV block (the backward's loop); call it with the whole warp.
   template <int BM, int BN>
-  __device__ __forceinline__ BlockRange q_blocks(int n_block) const {
+  __device__ __forceinline__ BlockRange q_blocks(int n_block, TileBits bits = {}) const {
     const int blocks = (sq + BM - 1) / BM;
     if constexpr (kDense) return BlockRange{0, blocks};
-    return live_range(blocks, [&](int m) { return tile<BM, BN>(m, n_block) != kTileEmpty; });
+    return live_range(blocks, bits, [&](int m) { return tile<BM, BN>(m, n_block) != kTileEmpty; });
   }
 
   // The first and last of blocks [0, blocks) for which live(i) holds: the warp's lanes test 32 blocks at a
-  // time and vote.
+  // time and vote; thread 0 of the block stores each vote into `bits` (the caller synchronizes before reads).
   template <class Live>
-  static __device__ __forceinline__ BlockRange live_range(int blocks, Live live) {
+  static __device__ __forceinline__ BlockRange live_range(int blocks, TileBits bits, Live live) {
     int first = blocks, last = -1;
     for (int base = 0; base < blocks; base += 32) {
       const int i = base + (int)(threadIdx.x % 32);
-      const unsigned bits = __ballot_sync(0xffffffffu, i < blocks && live(i));
-      if (bits) {
-        first = min(first, base + __ffs(bits) - 1);
-        last = base + 31 - __clz(bits);
+      const unsigned votes = __ballot_sync(0xffffffffu, i < blocks && live(i));
+      if (threadIdx.x == 0) bits.store(base / 32, votes);
+      if (votes) {
+        first = min(first, base + __ffs(votes) - 1);
+        last = base + 31 - __clz(votes);
       }
     }
     return last < first ? BlockRange{0, 0} : BlockRange{first, last + 1};
@@ -857,6 +905,102 @@ struct Variant {
   // This head's sink logit (natural units), joining each row's softmax denominator.
   __device__ __forceinline__ float sink() const {
     return 0.f;
+  }
+};
+
+// A query block's walk over its KV blocks, from range.n_max - 1 down: the current block `n` and, with kClass,
+// its tile class `cls` (partial or full). With holes, empty tiles inside the range are stepped over: by the
+// bitmap when there is one (then a tile it holds live is visited, under the mask if the classifier says
+// empty), else by the classifier.
+template <class P, int BM, int BN, bool kClass = true>
+struct KvWalk {
+  const Variant<P>& var;
+  int m_block;
+  int n_min;
+  TileBits bits;
+  int n;         // the current KV block; below n_min once the walk is done
+  int cls = kTilePartial;
+
+  __device__ __forceinline__ KvWalk(const Variant<P>& v, int m, BlockRange range, TileBits b = {})
+      : var(v), m_block(m), n_min(range.n_min), bits(b), n(range.n_max) {
+    next();
+  }
+  __device__ __forceinline__ bool done() const { return n < n_min; }
+  __device__ __forceinline__ bool needs_mask() const { return cls != kTileFull; }
+  __device__ __forceinline__ void next() {
+    for (--n; n >= n_min; --n) {
+      if constexpr (Variant<P>::kHoles) {
+        if (bits.present() && !bits.live(n)) continue;
+      }
+      if constexpr (kClass) {
+        cls = var.template tile<BM, BN>(m_block, n);
+        if (cls == kTileEmpty) {
+          if (Variant<P>::kHoles && !bits.present()) continue;
+          cls = kTilePartial;
+        }
+      }
+      return;
+    }
+  }
+};
+// A KV block's walk over its query tiles (the backward): each query head of the KV head's GQA group in turn,
+// and for each the query blocks of `range` (the union over the group's heads), the last first (kDown) or the
+// first first; with kClass, `cls` is the current tile's class for the current head. With holes, a tile empty
+// for the current head is stepped over, by the bitmap when there is one (bit g * stride + m when the mask
+// reads the head, else m) or else by the classifier. Producer and consumers each hold a copy and advance it
+// in step.
+template <class P, int BM, int BN, bool kDown, bool kClass = true>
+struct QTileWalk {
+  const P& p;
+  int batch;
+  int head0;        // the group's first query head
+  int group;
+  int n_block;
+  BlockRange range;
+  TileBits bits;
+  int stride;       // bits per head's section (Variant::kMaskPerHead)
+  int g = 0;        // position: query head head0 + g, query block m; g == group once the walk is done
+  int m = 0;
+  int cls = kTilePartial;
+
+  __device__ __forceinline__ QTileWalk(const P& params, int b, int first_head, int heads, int n, BlockRange r,
+                                       TileBits tile_bits = {}, int head_stride = 0)
+      : p(params), batch(b), head0(first_head), group(heads), n_block(n), range(r), bits(tile_bits),
+        stride(head_stride) {
+    m = kDown ? range.n_max - 1 : range.n_min;
+    if (range.n_max <= range.n_min) g = group;
+    settle();
+  }
+  __device__ __forceinline__ bool done() const { return g >= group; }
+  __device__ __forceinline__ int head() const { return head0 + g; }
+  __device__ __forceinline__ bool needs_mask() const { return cls != kTileFull; }
+  __device__ __forceinline__ void next() {
+    step();
+    settle();
+  }
+
+ private:
+  __device__ __forceinline__ void step() {
+    m += kDown ? -1 : 1;
+    if (kDown ? m < range.n_min : m >= range.n_max) {
+      ++g;
+      m = kDown ? range.n_max - 1 : range.n_min;
+    }
+  }
+  __device__ __forceinline__ void settle() {
+    for (; g < group; step()) {
+      if constexpr (Variant<P>::kHoles) {
+        if (bits.present() && !bits.live((Variant<P>::kMaskPerHead ? g * stride : 0) + m)) continue;
+      }
+      if constexpr (kClass) {
+        cls = Variant<P>(p, batch, head0 + g).template tile<BM, BN>(m, n_block);
+        if (cls == kTileEmpty) {
+          if (Variant<P>::kHoles && !bits.present()) continue;
+          cls = kTilePartial;
+        }
+      }
+      return;
+    }
   }
 };
 
@@ -1061,8 +1205,8 @@ __device__ __forceinline__ void init_barriers(u32 base) {
 
 // The producer: one thread issues every copy. Stage s of round r waits until the consumers have
 // released round r - 1 of that stage (parity (r & 1) ^ 1 passes at once on round 0).
-__device__ __forceinline__ void produce(const Params& p, u32 base, int m_block, int head, int kv_head, int batch,
-                                        BlockRange range) {
+__device__ __forceinline__ void produce(const Params& p, const Variant<Params>& var, u32 base, int m_block, int head,
+                                        int kv_head, int batch, BlockRange range, TileBits bits) {
   prefetch_tensor_map(&p.tma_q);
   prefetch_tensor_map(&p.tma_k);
   prefetch_tensor_map(&p.tma_v);
@@ -1071,10 +1215,11 @@ __device__ __forceinline__ void produce(const Params& p, u32 base, int m_block, 
   for (int c = 0; c < kDChunks64; ++c)
     tma_load_4d(q_smem(base) + c * kQChunkBytes, &p.tma_q, bar_q(base), c * 64, m_block * kBlockM, head, batch);
   int it = 0;
-  for (int n_block = range.n_max - 1; n_block >= range.n_min; --n_block, ++it) {
+  // The producer never classifies (its few registers): it steps by the bitmap.
+  for (KvWalk<Params, kBlockM, kBlockN, false> walk(var, m_block, range, bits); !walk.done(); walk.next(), ++it) {
     const int stage = it % kStages;
     const u32 parity = ((it / kStages) & 1) ^ 1;
-    const int row = n_block * kBlockN;
+    const int row = walk.n * kBlockN;
     mbar_wait(bar_k_empty(base, stage), parity);
     mbar_arrive_expect_tx(bar_k_full(base, stage), kKVTileBytes);
 #pragma unroll
@@ -1129,21 +1274,23 @@ struct Turns {
   }
 };
 
-__device__ __forceinline__ void softmax_block(Frag& f, const Variant<Params>& var, int n_block, int m_block,
-                                              int row_base, float (&alpha)[1][2]) {
-  if (var.needs_mask<kBlockM, kBlockN>(n_block, m_block)) {
-    softmax_scores<true>(f, var, var.p.scale_log2, row_base, n_block * kBlockN, alpha);
+using Walk = KvWalk<Params, kBlockM, kBlockN>;
+
+__device__ __forceinline__ void softmax_block(Frag& f, const Variant<Params>& var, const Walk& walk, int row_base,
+                                              float (&alpha)[1][2]) {
+  if (walk.needs_mask()) {
+    softmax_scores<true>(f, var, var.p.scale_log2, row_base, walk.n * kBlockN, alpha);
   } else {
-    softmax_scores<false>(f, var, var.p.scale_log2, row_base, n_block * kBlockN, alpha);
+    softmax_scores<false>(f, var, var.p.scale_log2, row_base, walk.n * kBlockN, alpha);
   }
 }
 
 // Consumer main loop without the intra-warpgroup overlap: S, softmax, O += P V, in turn.
 __device__ __forceinline__ void consume_serial(Frag& f, const Variant<Params>& var, u32 base, u32 q_rows, int m_block,
-                                               int row_base, BlockRange range, Turns turns) {
+                                               int row_base, BlockRange range, TileBits bits, Turns turns) {
   u32 pa[kPSteps][4];
   int it = 0;
-  for (int n_block = range.n_max - 1; n_block >= range.n_min; --n_block, ++it) {
+  for (Walk walk(var, m_block, range, bits); !walk.done(); walk.next(), ++it) {
     const int stage = it % kStages;
     const u32 parity = (it / kStages) & 1;
     mbar_wait(bar_k_full(base, stage), parity);
@@ -1154,7 +1301,7 @@ __device__ __forceinline__ void consume_serial(Frag& f, const Variant<Params>& v
     fence_operands(f.s[0]);
     release(bar_k_empty(base, stage));
     float alpha[1][2];
-    softmax_block(f, var, n_block, m_block, row_base, alpha);
+    softmax_block(f, var, walk, row_base, alpha);
     rescale_o(f, alpha);
     pack_p(f, pa);
     mbar_wait(bar_v_full(base, stage), parity);
@@ -1167,11 +1314,11 @@ __device__ __forceinline__ void consume_serial(Frag& f, const Variant<Params>& v
 
 // Consumer main loop with the intra-warpgroup overlap (softmax(j+1) under O += P(j) V(j)).
 __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params>& var, u32 base, u32 q_rows, int m_block,
-                                                   int row_base, BlockRange range, Turns turns) {
-  if (range.n_max <= range.n_min) return;
+                                                   int row_base, BlockRange range, TileBits bits, Turns turns) {
+  Walk walk(var, m_block, range, bits);
+  if (walk.done()) return;
   u32 pa[kPSteps][4];
   float alpha[1][2];
-  int n_block = range.n_max - 1;
   // Block 0: S, softmax; its P waits for the next iteration's O += P V.
   mbar_wait(bar_k_full(base, 0), 0);
   turns.wait_mine();
@@ -1180,10 +1327,10 @@ __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params
   wgmma_wait<0>();
   fence_operands(f.s[0]);
   release(bar_k_empty(base, 0));
-  softmax_block(f, var, n_block, m_block, row_base, alpha);
+  softmax_block(f, var, walk, row_base, alpha);
   pack_p(f, pa);
   int it = 1;
-  for (--n_block; n_block >= range.n_min; --n_block, ++it) {
+  for (walk.next(); !walk.done(); walk.next(), ++it) {
     const int stage = it % kStages;
     const int prev = (it - 1) % kStages;
     mbar_wait(bar_k_full(base, stage), (it / kStages) & 1);
@@ -1195,7 +1342,7 @@ __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params
     wgmma_wait<1>();  // S(j+1) is ready; O += P(j) V(j) may still run
     fence_operands(f.s[0]);
     release(bar_k_empty(base, stage));
-    softmax_block(f, var, n_block, m_block, row_base, alpha);
+    softmax_block(f, var, walk, row_base, alpha);
     wgmma_wait<0>();
     fence_operands(f.o[0]);
     release(bar_v_empty(base, prev));
@@ -1220,14 +1367,17 @@ __device__ __forceinline__ void fwd_block_ws(const Params& p, unsigned char* sme
   const u32 base = smem_addr(smem);
   const int warpgroup = threadIdx.x / 128;
   const Variant<Params> var(p, batch, head);
-  const BlockRange range = var.kv_blocks<kBlockM, kBlockN>(m_block);
+  static_assert(Variant<Params>::kHoles == (kScheduleWords > 0), "a mask with holes keeps a live-tile bitmap");
+  const TileBits bits = kScheduleWords > 0 ? TileBits{reinterpret_cast<unsigned*>(smem + kSmemSchedule), kScheduleWords}
+                                           : TileBits{};
+  const BlockRange range = var.kv_blocks<kBlockM, kBlockN>(m_block, bits);
 
   if (threadIdx.x == 0) init_barriers(base);
-  __syncthreads();
+  __syncthreads();  // the barriers and the live-tile bitmap are in place
 
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
-    if (threadIdx.x == 0) produce(p, base, m_block, head, kv_head, batch, range);
+    if (threadIdx.x == 0) produce(p, var, base, m_block, head, kv_head, batch, range, bits);
     return;
   }
   regs_increase<kConsumerRegs>();
@@ -1242,9 +1392,9 @@ __device__ __forceinline__ void fwd_block_ws(const Params& p, unsigned char* sme
   init_frag(f);
   mbar_wait(bar_q(base), 0);
   if constexpr (kOverlap) {
-    consume_overlapped(f, var, base, q_rows, m_block, row0 + warp_row0, range, turns);
+    consume_overlapped(f, var, base, q_rows, m_block, row0 + warp_row0, range, bits, turns);
   } else {
-    consume_serial(f, var, base, q_rows, m_block, row0 + warp_row0, range, turns);
+    consume_serial(f, var, base, q_rows, m_block, row0 + warp_row0, range, bits, turns);
   }
   // Every warp of this warpgroup is done with its Q rows before they stage the output.
   named_sync(kEpilogueBarrier + wg, 128);

@@ -337,16 +337,36 @@ ATTNGEN_HD int ag_floor(float x) {
 ATTNGEN_HD float ag_exp(float x) { return expf(x); }
 ATTNGEN_HD float ag_log(float x) { return logf(x); }
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-// tanh from one ex2.approx and one fast reciprocal (relative error about 1e-6), an odd Taylor polynomial near 0
-// where 1 - 2 / (e^2x + 1) would cancel: several times cheaper than tanhf in a softcap's inner loop.
+// x clamped into [lo, hi], NaN kept (max.NaN / min.NaN: one instruction each, no branch).
+ATTNGEN_HD float ag_clamp_nan(float x, float lo, float hi) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(lo));
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(r), "f"(hi));
+  return r;
+}
+// 1 / x by one MUFU.RCP (about 1 ulp; no denormal guard, for denominators in [1, 2^126]).
+ATTNGEN_HD float ag_rcp_approx(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+// tanh as x P(x^2) / Q(x^2) on x clamped to +-7.9053 (where float tanh is 1 to 4e-7), P of degree 5 and Q of
+// degree 3 (Q in [1, 17]) fitted for the least maximal relative error (benchmarks/NOTES.md): 9 FMAs, one
+// MUFU.RCP and no branch, within 4e-7 of tanh over all floats, NaN kept. A softcap's inner loop pays one MUFU.
 ATTNGEN_HD float ag_tanh(float x) {
-  const float ax = fabsf(x);
-  if (ax < 0.125f) {
-    const float x2 = x * x;
-    return x * (1.f - x2 * (0.333333343f - x2 * (0.133333340f - x2 * 0.0539682540f)));
-  }
-  const float t = 1.f - __fdividef(2.f, exp2f(ax * 2.88539008f) + 1.f);
-  return copysignf(t, x);
+  const float c = ag_clamp_nan(x, -7.90531110763549805f, 7.90531110763549805f);
+  const float t = c * c;
+  float p = 2.647716247e-11f;
+  p = fmaf(p, t, -1.573038016e-08f);
+  p = fmaf(p, t, 1.019148294e-05f);
+  p = fmaf(p, t, 3.018444168e-03f);
+  p = fmaf(p, t, 1.300905176e-01f);
+  p = fmaf(p, t, 9.999999991e-01f);
+  float q = 2.417995279e-04f;
+  q = fmaf(q, t, 2.415980079e-02f);
+  q = fmaf(q, t, 4.634238119e-01f);
+  q = fmaf(q, t, 1.f);
+  return c * p * ag_rcp_approx(q);
 }
 #else
 ATTNGEN_HD float ag_tanh(float x) { return tanhf(x); }
@@ -506,7 +526,7 @@ ATTNGEN_HD AgIRange ag_fv_floor(AgFRange a) {
 ATTNGEN_HD AgFRange ag_fv_up(float lo, float hi, bool nan) { return AgFRange{ag_down(lo, 4), ag_up(hi, 4), nan}; }
 ATTNGEN_HD AgFRange ag_fv_exp(AgFRange a) { return ag_fv_up(ag_exp(a.lo), ag_exp(a.hi), a.nan); }
 ATTNGEN_HD AgFRange ag_fv_tanh(AgFRange a) {
-  // The device tanh is within about 1e-6 relative: widen by more than that.
+  // The device tanh is within 4e-7 relative: widen by more than that.
   AgFRange r = ag_fv_up(ag_tanh(a.lo), ag_tanh(a.hi), a.nan);
   r.lo -= 4e-6f * fabsf(r.lo);
   r.hi += 4e-6f * fabsf(r.hi);
@@ -567,6 +587,26 @@ __device__ __forceinline__ BlockRange range_union(BlockRange a, BlockRange b) {
 
 enum : int { kTileEmpty = 0, kTilePartial = 1, kTileFull = 2 };
 
+// Live tiles of a row or column as bits in shared memory (a mask with holes in a warp-specialized kernel): the
+// block writes them while it finds its range, and the walks read them, so the producer thread (setmaxnreg's
+// few registers) never runs the classifier. Tiles past `words` x 32 bits count as live (visited under the
+// element mask). No words: no bitmap; the walks classify.
+struct TileBits {
+  unsigned* words = nullptr;
+  int count = 0;
+  __device__ __forceinline__ bool present() const { return words != nullptr; }
+  __device__ __forceinline__ bool live(int i) const {
+    return i >= count * 32 || ((words[i / 32] >> (i % 32)) & 1u);
+  }
+  __device__ __forceinline__ void store(int word, unsigned votes) const {
+    if (words != nullptr && word < count) words[word] = votes;
+  }
+  // The bits from word `word` on (one head's section of a group's bitmap).
+  __device__ __forceinline__ TileBits from_word(int word) const {
+    return words == nullptr ? TileBits{} : TileBits{words + min(word, count), max(0, count - word)};
+  }
+};
+
 
 template <class P>
 struct Variant {
@@ -584,6 +624,9 @@ struct Variant {
   static constexpr bool kDense = false;
   //: The mask reads the head (h): its tiles and ranges may differ between the heads of a GQA group.
   static constexpr bool kMaskPerHead = false;
+  //: A row or column of tiles may hold empty tiles between live ones (a general expression): the loops
+  //: step over them (KvWalk, QTileWalk). The presets never do, and their loops step by one.
+  static constexpr bool kHoles = false;
   static constexpr bool kScoreMod = false;
   //: The score mod's derivative is the constant kScoreGrad (no per-element term to keep).
   static constexpr bool kScoreGradConst = true;
@@ -629,32 +672,34 @@ struct Variant {
   }
 
   // The KV blocks a query block visits: the first and last that are not empty (call it with the whole warp).
+  // `bits`, when given, receives the live blocks as a bitmap (TileBits).
   template <int BM, int BN>
-  __device__ __forceinline__ BlockRange kv_blocks(int m_block) const {
+  __device__ __forceinline__ BlockRange kv_blocks(int m_block, TileBits bits = {}) const {
     const int blocks = (sk + BN - 1) / BN;
     if constexpr (kDense) return BlockRange{0, blocks};
-    return live_range(blocks, [&](int n) { return tile<BM, BN>(m_block, n) != kTileEmpty; });
+    return live_range(blocks, bits, [&](int n) { return tile<BM, BN>(m_block, n) != kTileEmpty; });
   }
 
   // The query blocks that see some key of a KV block (the backward's loop); call it with the whole warp.
   template <int BM, int BN>
-  __device__ __forceinline__ BlockRange q_blocks(int n_block) const {
+  __device__ __forceinline__ BlockRange q_blocks(int n_block, TileBits bits = {}) const {
     const int blocks = (sq + BM - 1) / BM;
     if constexpr (kDense) return BlockRange{0, blocks};
-    return live_range(blocks, [&](int m) { return tile<BM, BN>(m, n_block) != kTileEmpty; });
+    return live_range(blocks, bits, [&](int m) { return tile<BM, BN>(m, n_block) != kTileEmpty; });
   }
 
   // The first and last of blocks [0, blocks) for which live(i) holds: the warp's lanes test 32 blocks at a
-  // time and vote.
+  // time and vote; thread 0 of the block stores each vote into `bits` (the caller synchronizes before reads).
   template <class Live>
-  static __device__ __forceinline__ BlockRange live_range(int blocks, Live live) {
+  static __device__ __forceinline__ BlockRange live_range(int blocks, TileBits bits, Live live) {
     int first = blocks, last = -1;
     for (int base = 0; base < blocks; base += 32) {
       const int i = base + (int)(threadIdx.x % 32);
-      const unsigned bits = __ballot_sync(0xffffffffu, i < blocks && live(i));
-      if (bits) {
-        first = min(first, base + __ffs(bits) - 1);
-        last = base + 31 - __clz(bits);
+      const unsigned votes = __ballot_sync(0xffffffffu, i < blocks && live(i));
+      if (threadIdx.x == 0) bits.store(base / 32, votes);
+      if (votes) {
+        first = min(first, base + __ffs(votes) - 1);
+        last = base + 31 - __clz(votes);
       }
     }
     return last < first ? BlockRange{0, 0} : BlockRange{first, last + 1};
@@ -673,6 +718,102 @@ struct Variant {
   // This head's sink logit (natural units), joining each row's softmax denominator.
   __device__ __forceinline__ float sink() const {
     return 0.f;
+  }
+};
+
+// A query block's walk over its KV blocks, from range.n_max - 1 down: the current block `n` and, with kClass,
+// its tile class `cls` (partial or full). With holes, empty tiles inside the range are stepped over: by the
+// bitmap when there is one (then a tile it holds live is visited, under the mask if the classifier says
+// empty), else by the classifier.
+template <class P, int BM, int BN, bool kClass = true>
+struct KvWalk {
+  const Variant<P>& var;
+  int m_block;
+  int n_min;
+  TileBits bits;
+  int n;         // the current KV block; below n_min once the walk is done
+  int cls = kTilePartial;
+
+  __device__ __forceinline__ KvWalk(const Variant<P>& v, int m, BlockRange range, TileBits b = {})
+      : var(v), m_block(m), n_min(range.n_min), bits(b), n(range.n_max) {
+    next();
+  }
+  __device__ __forceinline__ bool done() const { return n < n_min; }
+  __device__ __forceinline__ bool needs_mask() const { return cls != kTileFull; }
+  __device__ __forceinline__ void next() {
+    for (--n; n >= n_min; --n) {
+      if constexpr (Variant<P>::kHoles) {
+        if (bits.present() && !bits.live(n)) continue;
+      }
+      if constexpr (kClass) {
+        cls = var.template tile<BM, BN>(m_block, n);
+        if (cls == kTileEmpty) {
+          if (Variant<P>::kHoles && !bits.present()) continue;
+          cls = kTilePartial;
+        }
+      }
+      return;
+    }
+  }
+};
+// A KV block's walk over its query tiles (the backward): each query head of the KV head's GQA group in turn,
+// and for each the query blocks of `range` (the union over the group's heads), the last first (kDown) or the
+// first first; with kClass, `cls` is the current tile's class for the current head. With holes, a tile empty
+// for the current head is stepped over, by the bitmap when there is one (bit g * stride + m when the mask
+// reads the head, else m) or else by the classifier. Producer and consumers each hold a copy and advance it
+// in step.
+template <class P, int BM, int BN, bool kDown, bool kClass = true>
+struct QTileWalk {
+  const P& p;
+  int batch;
+  int head0;        // the group's first query head
+  int group;
+  int n_block;
+  BlockRange range;
+  TileBits bits;
+  int stride;       // bits per head's section (Variant::kMaskPerHead)
+  int g = 0;        // position: query head head0 + g, query block m; g == group once the walk is done
+  int m = 0;
+  int cls = kTilePartial;
+
+  __device__ __forceinline__ QTileWalk(const P& params, int b, int first_head, int heads, int n, BlockRange r,
+                                       TileBits tile_bits = {}, int head_stride = 0)
+      : p(params), batch(b), head0(first_head), group(heads), n_block(n), range(r), bits(tile_bits),
+        stride(head_stride) {
+    m = kDown ? range.n_max - 1 : range.n_min;
+    if (range.n_max <= range.n_min) g = group;
+    settle();
+  }
+  __device__ __forceinline__ bool done() const { return g >= group; }
+  __device__ __forceinline__ int head() const { return head0 + g; }
+  __device__ __forceinline__ bool needs_mask() const { return cls != kTileFull; }
+  __device__ __forceinline__ void next() {
+    step();
+    settle();
+  }
+
+ private:
+  __device__ __forceinline__ void step() {
+    m += kDown ? -1 : 1;
+    if (kDown ? m < range.n_min : m >= range.n_max) {
+      ++g;
+      m = kDown ? range.n_max - 1 : range.n_min;
+    }
+  }
+  __device__ __forceinline__ void settle() {
+    for (; g < group; step()) {
+      if constexpr (Variant<P>::kHoles) {
+        if (bits.present() && !bits.live((Variant<P>::kMaskPerHead ? g * stride : 0) + m)) continue;
+      }
+      if constexpr (kClass) {
+        cls = Variant<P>(p, batch, head0 + g).template tile<BM, BN>(m, n_block);
+        if (cls == kTileEmpty) {
+          if (Variant<P>::kHoles && !bits.present()) continue;
+          cls = kTilePartial;
+        }
+      }
+      return;
+    }
   }
 };
 
@@ -950,29 +1091,33 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
     load_tile<kBlockN, kThreads>(v_tile(stage), v_base, p.v_row_stride, n_block * kBlockN, p.seqlen_k);
   };
 
-  // Prologue: Q and the first kStages - 1 KV blocks, one commit group each (Q joins the first).
+  // Prologue: Q and the first kStages - 1 KV blocks, one commit group each (Q joins the first). `fetch` is
+  // the next KV block to load, kStages - 1 visits ahead of the compute cursor.
   load_tile<kBlockM, kThreads>(q_tile, q_base, p.q_row_stride, 0, row_limit);
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    const int n_block = range.n_max - 1 - s;
-    if (n_block >= range.n_min) load_kv(n_block, s);
+  using Walk = KvWalk<Params, kBlockM, kBlockN>;
+  Walk fetch(var, m_block, range);
+  auto fetch_next = [&](int stage) {
+    if (!fetch.done()) {
+      load_kv(fetch.n, stage);
+      fetch.next();
+    }
     cp_async_commit();
-  }
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) fetch_next(s);
 
   const LdmPlan ldm = make_ldm_plan(warp_row0);
   const u32 q_addr = smem_addr(q_tile);
   const u32 kv_addr = smem_addr(smem + kSmemKV);
   u32 qf[kQInRegs ? kWarpMTiles : 1][kQInRegs ? kKSteps : 1][4];
-  for (int it = 0, n_block = range.n_max - 1; n_block >= range.n_min; ++it, --n_block) {
+  int it = 0;
+  for (Walk walk(var, m_block, range); !walk.done(); walk.next(), ++it) {
+    const int n_block = walk.n;
     cp_async_wait<kStages - 2>();
     __syncthreads();
     // Refill the stage the previous iteration consumed (every warp is past it): before this block's
     // tensor work, or once S = Q K^T is issued (kRefillLate).
-    auto refill = [&]() {
-      const int next = n_block - (kStages - 1);
-      if (next >= range.n_min) load_kv(next, (it + kStages - 1) % kStages);
-      cp_async_commit();
-    };
+    auto refill = [&]() { fetch_next((it + kStages - 1) % kStages); };
     if constexpr (!kRefillLate) refill();
     if constexpr (kQInRegs) {
       if (it == 0) {
@@ -986,7 +1131,7 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
     const u32 k_addr = kv_addr + stage * kStageBytes;
     gemm_qk(f, qf, q_addr, k_addr, ldm);
     if constexpr (kRefillLate) refill();
-    if (var.needs_mask<kBlockM, kBlockN>(n_block, m_block)) {
+    if (walk.needs_mask()) {
       softmax_step<true>(f, var, p.scale_log2, row0 + warp_row0, n_block * kBlockN);
     } else {
       softmax_step<false>(f, var, p.scale_log2, row0 + warp_row0, n_block * kBlockN);
