@@ -722,7 +722,7 @@ struct Variant {
 };
 
 // A query block's walk over its KV blocks, from range.n_max - 1 down: the current block `n` and, with kClass,
-// its tile class `cls` (partial or full). With holes, empty tiles inside the range are stepped over: by the
+// its tile class `cls` (partial or full; without it, callers that need the class ask Variant::needs_mask). With holes, empty tiles inside the range are stepped over: by the
 // bitmap when there is one (then a tile it holds live is visited, under the mask if the classifier says
 // empty), else by the classifier.
 template <class P, int BM, int BN, bool kClass = true>
@@ -743,7 +743,8 @@ struct KvWalk {
   __device__ __forceinline__ void next() {
     for (--n; n >= n_min; --n) {
       if constexpr (Variant<P>::kHoles) {
-        if (bits.present() && !bits.live(n)) continue;
+        if (bits.present() ? !bits.live(n)
+                           : !kClass && var.template tile<BM, BN>(m_block, n) == kTileEmpty) continue;
       }
       if constexpr (kClass) {
         cls = var.template tile<BM, BN>(m_block, n);
