@@ -919,13 +919,13 @@ struct Variant {
 // its tile class `cls` (partial or full; without it, callers that need the class ask Variant::needs_mask). With holes, empty tiles inside the range are stepped over: by the
 // bitmap when there is one (then a tile it holds live is visited, under the mask if the classifier says
 // empty), else by the classifier.
-template <class P, int BM, int BN, bool kClass = true>
+template <class P, int BM, int BN, bool kClass = true, bool kByBits = false>
 struct KvWalk {
   const Variant<P>& var;
   int m_block;
   int n_min;
-  TileBits bits;
-  int n;         // the current KV block; below n_min once the walk is done
+  TileBits bits;   // kByBits: holes are stepped over by these bits alone (the classifier never runs for it)
+  int n;           // the current KV block; below n_min once the walk is done
   int cls = kTilePartial;
 
   __device__ __forceinline__ KvWalk(const Variant<P>& v, int m, BlockRange range, TileBits b = {})
@@ -936,14 +936,15 @@ struct KvWalk {
   __device__ __forceinline__ bool needs_mask() const { return cls != kTileFull; }
   __device__ __forceinline__ void next() {
     for (--n; n >= n_min; --n) {
-      if constexpr (Variant<P>::kHoles) {
-        if (bits.present() ? !bits.live(n)
-                           : !kClass && var.template tile<BM, BN>(m_block, n) == kTileEmpty) continue;
+      if constexpr (Variant<P>::kHoles && kByBits) {
+        if (!bits.live(n)) continue;
+      } else if constexpr (Variant<P>::kHoles && !kClass) {
+        if (var.template tile<BM, BN>(m_block, n) == kTileEmpty) continue;
       }
       if constexpr (kClass) {
         cls = var.template tile<BM, BN>(m_block, n);
         if (cls == kTileEmpty) {
-          if (Variant<P>::kHoles && !bits.present()) continue;
+          if (Variant<P>::kHoles && !kByBits) continue;
           cls = kTilePartial;
         }
       }
@@ -951,6 +952,7 @@ struct KvWalk {
     }
   }
 };
+
 // A KV block's walk over its query tiles (the backward): each query head of the KV head's GQA group in turn,
 // and for each the query blocks of `range` (the union over the group's heads), the last first (kDown) or the
 // first first; with kClass, `cls` is the current tile's class for the current head. With holes, a tile empty
@@ -1224,7 +1226,7 @@ __device__ __forceinline__ void produce(const Params& p, const Variant<Params>& 
     tma_load_4d(q_smem(base) + c * kQChunkBytes, &p.tma_q, bar_q(base), c * 64, m_block * kBlockM, head, batch);
   int it = 0;
   // The producer never classifies (its few registers): it steps by the bitmap.
-  for (KvWalk<Params, kBlockM, kBlockN, false> walk(var, m_block, range, bits); !walk.done(); walk.next(), ++it) {
+  for (KvWalk<Params, kBlockM, kBlockN, false, true> walk(var, m_block, range, bits); !walk.done(); walk.next(), ++it) {
     const int stage = it % kStages;
     const u32 parity = ((it / kStages) & 1) ^ 1;
     const int row = walk.n * kBlockN;
@@ -1282,7 +1284,7 @@ struct Turns {
   }
 };
 
-using Walk = KvWalk<Params, kBlockM, kBlockN>;
+using Walk = KvWalk<Params, kBlockM, kBlockN, true, true>;
 
 __device__ __forceinline__ void softmax_block(Frag& f, const Variant<Params>& var, const Walk& walk, int row_base,
                                               float (&alpha)[1][2]) {
