@@ -778,11 +778,10 @@ enum : int { kTileEmpty = 0, kTilePartial = 1, kTileFull = 2 };
 // Live tiles of a row or column as bits in shared memory (a mask with holes in a warp-specialized kernel): the
 // block writes them while it finds its range, and the walks read them, so the producer thread (setmaxnreg's
 // few registers) never runs the classifier. Tiles past `words` x 32 bits count as live (visited under the
-// element mask). No words: no bitmap; the walks classify.
+// element mask). No words: no bitmap (the walks classify).
 struct TileBits {
   unsigned* words = nullptr;
   int count = 0;
-  __device__ __forceinline__ bool present() const { return words != nullptr; }
   __device__ __forceinline__ bool live(int i) const {
     return i >= count * 32 || ((words[i / 32] >> (i % 32)) & 1u);
   }
@@ -903,16 +902,49 @@ struct Variant {
   }
 };
 
+// How a walk treats one tile of its range: kTileEmpty to step over it, else the class it is visited with.
+// kHoles: the mask may leave empty tiles inside the range; kByBits: those are found by the live-tile bitmap
+// alone (`bit_live`; the classifier never runs for it, as in a Hopper producer's few registers), else by the
+// classifier. kClass: the walk carries the class (partial or full); a tile visited although the classifier
+// says empty (inside a contiguous range, or past the bitmap) runs under the element mask.
+template <bool kHoles, bool kClass, bool kByBits, class Classify>
+__device__ __forceinline__ int walk_visit(bool bit_live, Classify classify) {
+  if constexpr (kHoles && kByBits) {
+    if (!bit_live) return kTileEmpty;
+  }
+  constexpr bool kSkipByClass = kHoles && !kByBits;
+  if constexpr (!kClass && !kSkipByClass) {
+    return kTilePartial;
+  } else {
+    const int c = classify();
+    return c == kTileEmpty && !kSkipByClass ? kTilePartial : (kClass || c == kTileEmpty ? c : kTilePartial);
+  }
+}
+
+// The query blocks that see some key of KV block n_block for any query head of the group [head0, head0 +
+// group) (a tile outside one head's own range runs under the element mask); a mask that reads the head
+// writes one bitmap section of `words` words per head. Call it with whole warps.
+template <class P, int BM, int BN>
+__device__ __forceinline__ BlockRange group_q_blocks(const P& p, int batch, int head0, int group, int n_block,
+                                                     TileBits bits = {}, int words = 0) {
+  BlockRange range = Variant<P>(p, batch, head0).template q_blocks<BM, BN>(n_block, bits);
+  if constexpr (Variant<P>::kMaskPerHead) {
+    for (int g = 1; g < group; ++g)
+      range = range_union(range, Variant<P>(p, batch, head0 + g).template q_blocks<BM, BN>(n_block,
+                                                                                           bits.from_word(g * words)));
+  }
+  return range;
+}
+
 // A query block's walk over its KV blocks, from range.n_max - 1 down: the current block `n` and, with kClass,
-// its tile class `cls` (partial or full; without it, callers that need the class ask Variant::needs_mask). With holes, empty tiles inside the range are stepped over: by the
-// bitmap when there is one (then a tile it holds live is visited, under the mask if the classifier says
-// empty), else by the classifier.
+// its tile class `cls` (without it, callers that need the class ask Variant::needs_mask). Empty tiles inside
+// the range are stepped over as walk_visit says.
 template <class P, int BM, int BN, bool kClass = true, bool kByBits = false>
 struct KvWalk {
   const Variant<P>& var;
   int m_block;
   int n_min;
-  TileBits bits;   // kByBits: holes are stepped over by these bits alone (the classifier never runs for it)
+  TileBits bits;   // read with kByBits
   int n;           // the current KV block; below n_min once the walk is done
   int cls = kTilePartial;
 
@@ -923,31 +955,27 @@ struct KvWalk {
   __device__ __forceinline__ bool done() const { return n < n_min; }
   __device__ __forceinline__ bool needs_mask() const { return cls != kTileFull; }
   __device__ __forceinline__ void next() {
-    for (--n; n >= n_min; --n) {
-      if constexpr (Variant<P>::kHoles && kByBits) {
-        if (!bits.live(n)) continue;
-      } else if constexpr (Variant<P>::kHoles && !kClass) {
-        if (var.template tile<BM, BN>(m_block, n) == kTileEmpty) continue;
-      }
-      if constexpr (kClass) {
-        cls = var.template tile<BM, BN>(m_block, n);
-        if (cls == kTileEmpty) {
-          if (Variant<P>::kHoles && !kByBits) continue;
-          cls = kTilePartial;
-        }
-      }
+    if constexpr (!Variant<P>::kHoles && !kClass) {
+      --n;  // every tile of the range is visited and none is classified
       return;
+    }
+    for (--n; n >= n_min; --n) {
+      const int c = walk_visit<Variant<P>::kHoles, kClass, kByBits>(
+          kByBits && bits.live(n), [&]() { return var.template tile<BM, BN>(m_block, n); });
+      if (c != kTileEmpty) {
+        if constexpr (kClass) cls = c;
+        return;
+      }
     }
   }
 };
 
 // A KV block's walk over its query tiles (the backward): each query head of the KV head's GQA group in turn,
-// and for each the query blocks of `range` (the union over the group's heads), the last first (kDown) or the
-// first first; with kClass, `cls` is the current tile's class for the current head. With holes, a tile empty
-// for the current head is stepped over, by the bitmap when there is one (bit g * stride + m when the mask
-// reads the head, else m) or else by the classifier. Producer and consumers each hold a copy and advance it
-// in step.
-template <class P, int BM, int BN, bool kDown, bool kClass = true>
+// and for each the query blocks of `range` (group_q_blocks), the last first (kDown) or the first first; with
+// kClass, `cls` is the current tile's class for the current head. Tiles empty for the current head are stepped
+// over as walk_visit says (the bitmap's bit g * stride + m when the mask reads the head, else m). Producer and
+// consumers each hold a walk and advance it in step.
+template <class P, int BM, int BN, bool kDown, bool kClass = true, bool kByBits = false>
 struct QTileWalk {
   const P& p;
   int batch;
@@ -955,7 +983,7 @@ struct QTileWalk {
   int group;
   int n_block;
   BlockRange range;
-  TileBits bits;
+  TileBits bits;    // read with kByBits
   int stride;       // bits per head's section (Variant::kMaskPerHead)
   int g = 0;        // position: query head head0 + g, query block m; g == group once the walk is done
   int m = 0;
@@ -987,17 +1015,13 @@ struct QTileWalk {
   }
   __device__ __forceinline__ void settle() {
     for (; g < group; step()) {
-      if constexpr (Variant<P>::kHoles) {
-        if (bits.present() && !bits.live((Variant<P>::kMaskPerHead ? g * stride : 0) + m)) continue;
+      const int c = walk_visit<Variant<P>::kHoles, kClass, kByBits>(
+          kByBits && bits.live((Variant<P>::kMaskPerHead ? g * stride : 0) + m),
+          [&]() { return Variant<P>(p, batch, head0 + g).template tile<BM, BN>(m, n_block); });
+      if (c != kTileEmpty) {
+        if constexpr (kClass) cls = c;
+        return;
       }
-      if constexpr (kClass) {
-        cls = Variant<P>(p, batch, head0 + g).template tile<BM, BN>(m, n_block);
-        if (cls == kTileEmpty) {
-          if (Variant<P>::kHoles && !bits.present()) continue;
-          cls = kTilePartial;
-        }
-      }
-      return;
     }
   }
 };
