@@ -31,6 +31,9 @@ _LAZY = {
     "PlanError": "attngen.errors",
     "CompileError": "attngen.errors",
     "LaunchError": "attngen.errors",
+    "flash_attn_func": "attngen.compat.flash_attn",
+    "flash_attn_varlen_func": "attngen.compat.flash_attn",
+    "flash_attn_with_kvcache": "attngen.compat.flash_attn",
 }
 #: Subpackages that are public names themselves (`attngen.reference(spec, q, k, v)` is callable).
 _PACKAGES = {"reference": "attngen.reference"}
