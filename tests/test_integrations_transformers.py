@@ -142,6 +142,20 @@ def test_sinks_go_to_the_kernel_in_fp32(fake: None) -> None:
     assert kernels.cached_options()[0].sinks
 
 
+def test_float32_runs_in_the_autocast_dtype(fake: None) -> None:
+    q, k, v = layer(1, 5, 5, seed=6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = backend.attention_forward(types.SimpleNamespace(is_causal=True), q, k, v, None)
+    assert out.dtype == torch.bfloat16 and kernels.cached_options()[0].dtype == "bfloat16"
+
+
+def test_float32_without_autocast_is_refused_with_a_remedy() -> None:
+    kernels.clear_cache()
+    q, k, v = layer(1, 5, 5)
+    with pytest.raises(ValueError, match=r"torch.float32; .*dtype=torch.bfloat16"):
+        backend.attention_forward(types.SimpleNamespace(is_causal=True), q, k, v, None)
+
+
 @pytest.mark.parametrize(("kw", "needle"), [
     ({"dropout": 0.1}, "dropout must be 0.0"),
     ({"attention_mask": torch.zeros(1, 1, 5, 5)}, "2D padding mask"),

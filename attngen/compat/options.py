@@ -96,7 +96,8 @@ def spec_for(options: KernelOptions) -> AttentionSpec:
     dtype = SPEC_DTYPES.get(options.dtype)
     if dtype is None:
         raise ValueError(f"q, k and v must be torch.float16 or torch.bfloat16 (attngen's kernels), got "
-                         f"torch.{options.dtype}")
+                         f"torch.{options.dtype}; cast them (a Transformers model: load it with "
+                         f"dtype=torch.bfloat16, or run it under torch.autocast)")
     fields: dict[str, Any] = {"head_dim": options.head_dim, "dtype": dtype, "mask": mask_field(options.window),
                               "deterministic": options.deterministic}
     score_mod = score_mod_field(options)
