@@ -40,7 +40,8 @@ def compile_kernel(options: KernelOptions, arch: str) -> AttentionKernel:
 
     spec = spec_for(options)
     if not arch:
-        raise ValueError("q, k and v must be CUDA tensors (attngen's kernels run on the GPU), got CPU tensors")
+        raise ValueError("q, k and v must be CUDA tensors (attngen's kernels run on the GPU), got tensors on "
+                         "another device")
     return compile_spec(spec, arch=arch)
 
 
