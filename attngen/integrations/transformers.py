@@ -84,7 +84,7 @@ def attention_forward(module: Any, query: Any, key: Any, value: Any, attention_m
         return batches.padded_call(kernel, q, k, v, attention_mask, **call), None
     packed = batches.packed_from(kwargs, q, k)
     if packed is not None:
-        out = kernel(q[0], k[0], v[0], **packed.kwargs(), **call)
+        out = kernel(*(t[0].contiguous() for t in (q, k, v)), **packed.kwargs(), **call)
         return out[None], None
     return kernel(q, k, v, **call), None
 
