@@ -2,6 +2,7 @@
 
 ATTNGEN_CACHE_DIR   where compiled kernels are cached (default: $XDG_CACHE_HOME/attngen or ~/.cache/attngen)
 ATTNGEN_POISON      "1" fills op outputs with NaN before each launch (tests: unwritten outputs show)
+ATTNGEN_TRUST_SEQLENS  "1" skips the host-side check of packed (varlen) and KV-cache lengths (no sync per call)
 ATTNGEN_TEMPLATES   render from this folder of templates instead of the shipped one (A/B runs of a template
                     change); its files enter every cache key through the generator hash
 """
@@ -36,3 +37,9 @@ def templates_override() -> Path | None:
     """The folder ATTNGEN_TEMPLATES names, if any (read when the first kernel renders)."""
     explicit = os.environ.get("ATTNGEN_TEMPLATES")
     return Path(explicit).expanduser() if explicit else None
+
+
+def check_seqlens() -> bool:
+    """Whether calls check packed lengths and cache lengths on the host (one small copy and a sync per call);
+    ATTNGEN_TRUST_SEQLENS=1 skips it (the lengths must then be right: a wrong end reads out of bounds)."""
+    return os.environ.get("ATTNGEN_TRUST_SEQLENS", "") != "1"

@@ -51,7 +51,7 @@ def test_the_source_takes_the_variant_as_a_type(mask: str, window: list[int] | N
     trait = mask_trait(_spec(mask, window))
     for arch in ("sm80", "sm90"):
         code = render(plan(_spec(mask, window), arch)).code
-        assert "struct Variant {" in code and "const Variant<Params> var(p, batch, head);" in code
+        assert "struct Variant {" in code and "const Variant<Params> var(p, batch, head, seq);" in code
         assert f"static constexpr int kLeft = {trait.band[0]};" in code
         assert "WindowMask" not in code and "kWindowLeft" not in code
 

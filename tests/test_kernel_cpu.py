@@ -27,7 +27,8 @@ def test_op_schema() -> None:
     op.ensure_registered()
     schema = str(torch.ops.attngen.attention_fwd.default._schema)
     assert schema == ("attngen::attention_fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, str kernel, "
-                      "Tensor[] extras, float[] scalars) -> (Tensor, Tensor)")
+                      "Tensor[] extras, float[] scalars, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
+                      "Tensor? seqused_k, SymInt max_seqlen_q, SymInt max_seqlen_k) -> (Tensor, Tensor)")
 
 
 def test_fake_tensor_shapes(kernel: AttentionKernel) -> None:
@@ -39,6 +40,18 @@ def test_fake_tensor_shapes(kernel: AttentionKernel) -> None:
         out, lse = op.attention_fwd(q, k, k, 0.125, kernel.key)
         assert out.shape == q.shape and out.dtype == q.dtype
         assert lse.shape == (2, 8, 33) and lse.dtype == torch.float32
+
+
+def test_fake_tensor_shapes_packed(kernel: AttentionKernel) -> None:
+    """Packed sequences: out like q (total_q, heads, head_dim), the LSE in flash_attn's (heads, total_q)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(45, 8, 64, dtype=torch.bfloat16)
+        k = torch.empty(70, 2, 64, dtype=torch.bfloat16)
+        cu = torch.empty(4, dtype=torch.int32)
+        out, lse = op.attention_fwd(q, k, k, 0.125, kernel.key, seqs=(cu, cu, None, 20, 30))
+        assert out.shape == q.shape and lse.shape == (8, 45) and lse.dtype == torch.float32
 
 
 def _qkv(dtype=torch.bfloat16):  # type: ignore[no-untyped-def]
@@ -64,17 +77,17 @@ def test_kernel_describes_itself(kernel: AttentionKernel) -> None:
 def test_unknown_kernel_key_is_a_clear_error() -> None:
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="not loaded"):
-        op._fwd_impl(q, k, v, 0.1, "no-such-kernel", [], [])
+        op._fwd_impl(q, k, v, 0.1, "no-such-kernel", [], [], (None, None, None, 0, 0))
 
 
 def test_misaligned_views_are_copied_to_aligned_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
-    op.register_launcher("probe", lambda q, k, v, out, lse, scale, extras, scalars: seen.append((q, k, v)))
+    op.register_launcher("probe", lambda q, k, v, out, lse, scale, extras, scalars, seqs: seen.append((q, k, v)))
     flat = torch.randn(1 + 16 * 2 * 64, dtype=torch.bfloat16)
     q = flat[1:].view(1, 16, 2, 64)
     assert q.data_ptr() % 16 != 0 and q.is_contiguous()
     k = torch.randn(1, 16, 2, 64, dtype=torch.bfloat16)
-    op._fwd_impl(q, k, k, 0.1, "probe", [], [])
+    op._fwd_impl(q, k, k, 0.1, "probe", [], [], (None, None, None, 0, 0))
     (q2, k2, _), = seen
     assert q2.data_ptr() % 16 == 0 and torch.equal(q2, q)
     assert k2 is k  # aligned inputs are passed as they are

@@ -23,6 +23,17 @@ class Field:
 
 _PTR, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
 
+#: Where each batch entry's sequences sit (the kernels' SeqLens): int32 cumulative lengths of packed
+#: (varlen) queries and keys, the keys each entry uses (a KV cache), each null when absent; the LSE's
+#: batch and head strides (flash_attn's layouts: (batch, heads, seqlen_q) dense, (heads, total_q) packed).
+SEQLEN_FIELDS: tuple[Field, ...] = (
+    Field("cu_seqlens_q", "const int*", _PTR),
+    Field("cu_seqlens_k", "const int*", _PTR),
+    Field("seqused_k", "const int*", _PTR),
+    Field("lse_batch_stride", "long long", _I64),
+    Field("lse_head_stride", "long long", _I64),
+)
+
 FWD_PARAMS: tuple[Field, ...] = (
     Field("q", "const void*", _PTR),
     Field("k", "const void*", _PTR),
@@ -30,6 +41,7 @@ FWD_PARAMS: tuple[Field, ...] = (
     Field("o", "void*", _PTR),
     Field("lse", "float*", _PTR),
     *(Field(f"{t}_{s}_stride", "long long", _I64) for t in "qkvo" for s in ("batch", "row", "head")),
+    *SEQLEN_FIELDS,
     Field("seqlen_q", "int", _I32),
     Field("seqlen_k", "int", _I32),
     Field("heads", "int", _I32),
@@ -71,6 +83,7 @@ BWD_PARAMS: tuple[Field, ...] = (
     Field("dq_accum", "float*", _PTR),
     *(Field(f"{t}_{s}_stride", "long long", _I64)
       for t in ("q", "k", "v", "o", "dout", "dq", "dk", "dv") for s in ("batch", "row", "head")),
+    *SEQLEN_FIELDS,
     Field("seqlen_q", "int", _I32),
     Field("seqlen_k", "int", _I32),
     Field("heads", "int", _I32),

@@ -55,6 +55,8 @@ def _spec_line(plan: Plan) -> str:
         parts.append(f"score_mod={variant.score_mod.source!r}")
     if variant.sinks is not None:
         parts.append("sinks")
+    if s.seqlens.value != "fixed":
+        parts.append(f"seqlens={s.seqlens.value}")
     return f"head_dim={s.head_dim} dtype={s.dtype.value} {' '.join(parts)}".replace("\n", " ")
 
 
@@ -72,6 +74,7 @@ def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
         "dtype": dtype_trait(spec.dtype),
         "head_dim": spec.head_dim,
         "variant": variant_context(variant_of(spec)),
+        "varlen": spec.seqlens.value == "varlen",
     }
 
 

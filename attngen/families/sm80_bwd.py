@@ -244,17 +244,17 @@ class Sm80Backward(BackwardFamily):
 
     def launch(self, plan: BwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
-               softmax_scale: float, args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               softmax_scale: float, args: Any, seqs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         from ..runtime import backward as rt
         from ..runtime.driver import launch
 
         b = rt.buffers(q, k, v, accumulate=plan.dq_atomic)
         params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
-                                softmax_scale, args)
+                                softmax_scale, args, seqs)
         pre, dkdv, dq = plan.entry_names
-        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, q, b, dlse)
-        batch, seqlen_q, heads, head_dim = q.shape
-        seqlen_k, kv_heads = k.shape[1], k.shape[2]
+        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b, dlse)
+        batch, seqlen_q, seqlen_k, heads = seqs.batch, seqs.seqlen_q, seqs.seqlen_k, seqs.heads
+        head_dim, kv_heads = q.shape[3], k.shape[2]
         a, t = plan.dkdv, plan.dq
         if seqlen_k:
             grid = (-(-seqlen_k // a.block_n) * (head_dim // a.d_chunk), kv_heads, batch)

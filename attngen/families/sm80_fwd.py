@@ -234,12 +234,12 @@ class Sm80Forward(ForwardFamily):
                 "min_blocks_per_sm": plan.min_blocks_per_sm, **_params(plan)}
 
     def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
-               softmax_scale: float, args: Any) -> None:
+               softmax_scale: float, args: Any, seqs: Any) -> None:
         from ..runtime.driver import launch
         from ..runtime.kernel import forward_params
 
-        params = forward_params(with_variant(FWD_PARAMS, args.fields), q, k, v, out, lse, softmax_scale, args)
-        launch(fn, (-(-q.shape[1] // plan.block_m), q.shape[2], q.shape[0]), plan.threads, stream, params)
+        params = forward_params(with_variant(FWD_PARAMS, args.fields), q, k, v, out, lse, softmax_scale, args, seqs)
+        launch(fn, seqs.grid(plan.block_m), plan.threads, stream, params)
 
 
 def _params(plan: KernelPlan) -> dict[str, object]:

@@ -136,7 +136,7 @@ class Sm90Backward(BackwardFamily):
 
     def launch(self, plan: HopperBwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
-               softmax_scale: float, args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               softmax_scale: float, args: Any, seqs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         from ..codegen import wgmma
         from ..runtime import backward as rt
         from ..runtime import tma
@@ -146,10 +146,10 @@ class Sm90Backward(BackwardFamily):
         q, k, v, dout = (x if tma.describable(x) else x.contiguous() for x in (q, k, v, dout))
         b = rt.buffers(q, k, v, accumulate=True)
         params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse, softmax_scale,
-                                args)
+                                args, seqs)
         # The wgmma kernel's block: the five tensor maps, then the same fields.
         hopper = rt.param_block(with_variant(HOPPER_BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
-                                softmax_scale, args)
+                                softmax_scale, args, seqs)
         h = plan.dkdv_wgmma
         for field, x, rows in (("tma_q", q, h.block_m), ("tma_do", dout, h.block_m), ("tma_k", k, h.block_n),
                                ("tma_v", v, h.block_n)):
@@ -157,8 +157,8 @@ class Sm90Backward(BackwardFamily):
         # dQ boxes: one warpgroup's wgmma rows (64) by 128 bytes of fp32 columns.
         tma.fill(hopper, "tma_dq_accum", tma.tensor_map(tma.map_key(b.dq_accum, wgmma.M)))
         pre, dkdv = plan.entry_names
-        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, q, b, dlse)
-        batch, seqlen_k, kv_heads = q.shape[0], k.shape[1], k.shape[2]
+        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b, dlse)
+        batch, seqlen_k, kv_heads = seqs.batch, seqs.seqlen_k, k.shape[2]
         if seqlen_k:
             launch(function(dkdv, h.smem_bytes), (-(-seqlen_k // h.block_n), kv_heads, batch), h.threads, stream,
                    hopper)

@@ -318,17 +318,18 @@ class Sm90Forward(ForwardFamily):
                 "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv), **_params(plan)}
 
     def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
-               softmax_scale: float, args: Any) -> None:
+               softmax_scale: float, args: Any, seqs: Any) -> None:
         from ..runtime import tma
         from ..runtime.driver import launch
         from ..runtime.kernel import forward_params
 
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
-        params = forward_params(with_variant(HOPPER_FWD_PARAMS, args.fields), q, k, v, out, lse, softmax_scale, args)
+        params = forward_params(with_variant(HOPPER_FWD_PARAMS, args.fields), q, k, v, out, lse, softmax_scale, args,
+                                seqs)
         for field, t, rows in (("tma_q", q, plan.block_m), ("tma_k", k, plan.block_n), ("tma_v", v, plan.block_n)):
             tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
-        launch(fn, (-(-q.shape[1] // plan.block_m), q.shape[2], q.shape[0]), plan.threads, stream, params)
+        launch(fn, seqs.grid(plan.block_m), plan.threads, stream, params)
 
 
 def _params(plan: KernelPlan) -> dict[str, object]:

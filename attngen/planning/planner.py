@@ -162,9 +162,10 @@ class ForwardFamily(KernelFamily):
 
     @abstractmethod
     def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
-               softmax_scale: float, args: Any) -> None:
+               softmax_scale: float, args: Any, seqs: Any) -> None:
         """Launch the loaded kernel `fn` on `stream`: this family's parameter block (with the call's variant
-        arguments `args`, a runtime.variant_args.VariantArgs) and grid."""
+        arguments `args`, a runtime.variant_args.VariantArgs, and its sequences `seqs`, a
+        runtime.seqlens.Seqlens) and grid."""
 
 
 def lowest_reason(best: Candidate, fitting: list[Candidate]) -> str:

@@ -61,9 +61,9 @@ class BackwardFamily(KernelFamily):
     @abstractmethod
     def launch(self, plan: Any, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
-               softmax_scale: float, args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               softmax_scale: float, args: Any, seqs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Run the family's kernels on `stream` (`function` loads an entry point of its cubin; `args` are the
-        call's variant arguments): dq, dk, dv."""
+        call's variant arguments, `seqs` its sequences, a runtime.seqlens.Seqlens): dq, dk, dv."""
 
 
 def backward_families() -> list[BackwardFamily]:

@@ -62,7 +62,8 @@ def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind, directi
     """attn_<direction>_<variant>_hd<d>_<dtype>_<arch>_<pipeline>; the variant is the mask's part, then the
     score mod's and sinks' when there are any (`causal`, `window_4096_0_softcap50`)."""
     mask = variant_of(spec).name_part
-    return f"attn_{direction}_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}"
+    varlen = "_varlen" if spec.seqlens.value == "varlen" else ""
+    return f"attn_{direction}_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}{varlen}"
 
 
 def setmaxnreg_split(info: ArchInfo, consumer_wgs: int) -> tuple[int, int]:

@@ -29,6 +29,30 @@ class _ReferenceModule(types.ModuleType):
         return grads(_spec(spec), q, k, v, dout, softmax_scale=softmax_scale, dlse=dlse, **tensors)
 
 
+    def packed(self, spec: Any, q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
+               softmax_scale: float | None = None, **tensors: Any) -> Any:
+        """Float64 (out (total_q, heads, d), lse (heads, total_q)) of packed sequences, each attended alone."""
+        from .packed import attention_packed
+
+        return attention_packed(_spec(spec), q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=softmax_scale,
+                                **tensors)
+
+    def packed_grads(self, spec: Any, q: Any, k: Any, v: Any, dout: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
+                     softmax_scale: float | None = None, **tensors: Any) -> Any:
+        """Float64 gradients {dq, dk, dv[, dsinks]} of packed sequences."""
+        from .packed import grads_packed
+
+        return grads_packed(_spec(spec), q, k, v, dout, cu_seqlens_q, cu_seqlens_k, softmax_scale=softmax_scale,
+                            **tensors)
+
+    def cache(self, spec: Any, q: Any, k_cache: Any, v_cache: Any, cache_used: Any, *,
+              softmax_scale: float | None = None, **tensors: Any) -> Any:
+        """Float64 (out, lse) of q over each entry's first cache_used[b] keys of a contiguous cache."""
+        from .packed import attention_cache
+
+        return attention_cache(_spec(spec), q, k_cache, v_cache, cache_used, softmax_scale=softmax_scale, **tensors)
+
+
 def _spec(spec: Any) -> Any:
     from ..spec.model import AttentionSpec
 

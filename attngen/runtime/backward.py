@@ -19,6 +19,7 @@ from ..features.variant import variant_of
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
 from .device import current_arch
+from .seqlens import Seqlens
 from .variant_args import KernelVariant, VariantArgs
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class BackwardKernels:
 
     def __call__(self, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float, extras: list[torch.Tensor],
-                 scalars: list[float]) -> tuple[torch.Tensor, ...]:
+                 scalars: list[float], seqs: Seqlens) -> tuple[torch.Tensor, ...]:
         """(dq, dk, dv, dsinks); dsinks is empty without sinks."""
         import torch
 
@@ -73,9 +74,9 @@ class BackwardKernels:
         def function(entry: str, smem: int) -> Any:
             return self._function(device, arch, entry, smem)
 
-        args = prepare(self.variant, q, extras, scalars)
+        args = prepare(self.variant, q, extras, scalars, seqs.batch)
         dq, dk, dv = backward_family(plan.family).launch(plan, function, stream, dout, q, k, v, out, lse, dlse,
-                                                         softmax_scale, args)
+                                                         softmax_scale, args, seqs)
         sinks = args.tensors.get(SINKS)
         no_sinks = q.new_empty((0,), dtype=torch.float32)
         dsinks = sinks_grad(sinks, dout, out, lse, dlse) if sinks is not None else no_sinks
@@ -129,7 +130,7 @@ def _struct(fields: tuple[Field, ...]) -> type[Any]:
 
 def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, softmax_scale: float,
-                args: VariantArgs) -> Any:
+                args: VariantArgs, seqs: Seqlens) -> Any:
     """A backward parameter block of `fields` (a family's: the common fields, maybe more in front) with the
     pointers, strides, shapes and scales every backward kernel reads; family-specific fields (TMA maps)
     are left for the family to fill."""
@@ -139,18 +140,18 @@ def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: to
         dq_accum=b.dq_accum.data_ptr(), seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2],
         kv_heads=k.shape[2], scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
     set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=b.dq, dk=b.dk, dv=b.dv)
+    seqs.fill(params)
     args.fill(params)
     return params
 
 
-def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, q: torch.Tensor, b: Buffers,
+def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, seqs: Seqlens, b: Buffers,
                dlse: torch.Tensor | None) -> None:
     """D = rowsum(dO * O) per query row (`rows` rows per block), less the LSE's gradient when there is one."""
     from .driver import launch
 
-    batch, seqlen_q, heads, _ = q.shape
-    if seqlen_q:
-        launch(function(entry, 0), (-(-seqlen_q // rows), heads, batch), PRE_THREADS, stream, params)
+    if seqs.seqlen_q:
+        launch(function(entry, 0), seqs.grid(rows), PRE_THREADS, stream, params)
     if dlse is not None:
         # d lse / d S = P: the LSE's gradient enters dS = P (dP - D) as D - dlse.
         b.delta.sub_(dlse)

@@ -7,14 +7,16 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .. import env
 from ..codegen.abi import set_strides, struct_of
 from ..features.dtype import dtype_trait
 from ..features.variant import variant_of
-from ..spec.model import Arch, AttentionSpec
+from ..spec.model import Arch, AttentionSpec, SeqlensKind
 from ..toolchain.artifacts import Cubin
 from . import op
 from . import variant_args as variant_args_mod
 from .device import current_arch
+from .seqlens import Seqlens, check_packed
 from .variant_args import KernelVariant, VariantArgs
 
 if TYPE_CHECKING:
@@ -41,6 +43,8 @@ class AttentionKernel:
         #: torch.compile traces or a launch runs).
         self.variant = KernelVariant.of(variant_of(spec))
         self._lock = threading.Lock()
+        #: The varlen twin (spec `seqlens: varlen`) that packed and KV-cache calls run, built on the first one.
+        self._twin: AttentionKernel | None = None
         from .backward import BackwardKernels
 
         #: The backward kernels, compiled on the first backward through this kernel.
@@ -56,23 +60,69 @@ class AttentionKernel:
         return f"AttentionKernel({self.spec.name}, arch={arches})"
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, softmax_scale: float | None = None,
-                 return_lse: bool = False, **variant_args: Any) -> Any:
-        scale = self._check(q, k, v, softmax_scale)
-        extras, scalars = variant_args_mod.validate(self.variant.arguments, q, k, variant_args, self.spec.name)
-        out, lse = op.attention_fwd(q, k, v, scale, self.key, extras, scalars)
+                 return_lse: bool = False, cu_seqlens_q: torch.Tensor | None = None,
+                 cu_seqlens_k: torch.Tensor | None = None, max_seqlen_q: int | None = None,
+                 max_seqlen_k: int | None = None, **variant_args: Any) -> Any:
+        """Dense: q (batch, seqlen_q, heads, d), k and v (batch, seqlen_k, kv_heads, d); LSE (batch, heads,
+        seqlen_q). Packed (flash_attn_varlen_func): q (total_q, heads, d), k and v (total_k, kv_heads, d) with int32
+        cu_seqlens_q / cu_seqlens_k of batch + 1 cumulative lengths and the longest lengths max_seqlen_q /
+        max_seqlen_k; every mask and score mod applies per sequence; LSE (heads, total_q)."""
+        packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+        scale = self._check(q, k, v, softmax_scale, packed)
+        seqs = None
+        sizes = None
+        if packed:
+            check_packed(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, env.check_seqlens())
+            seqs = (cu_seqlens_q, cu_seqlens_k, None, int(max_seqlen_q or 0), int(max_seqlen_k or 0))
+            sizes = Seqlens.packed(q, cu_seqlens_q, cu_seqlens_k, *seqs[3:]).sizes(k.shape[1])
+        elif max_seqlen_q is not None or max_seqlen_k is not None:
+            raise ValueError("max_seqlen_q and max_seqlen_k describe packed sequences: pass them with cu_seqlens_q "
+                             "and cu_seqlens_k (q of shape (total_q, heads, head_dim)), or leave them out")
+        extras, scalars = variant_args_mod.validate(self.variant.arguments, q, k, variant_args, self.spec.name,
+                                                    sizes)
+        key = self.varlen_kernel().key if packed else self.key
+        out, lse = op.attention_fwd(q, k, v, scale, key, extras, scalars, seqs)
         return (out, lse) if return_lse else out
 
+    def varlen_kernel(self) -> AttentionKernel:
+        """The kernel for per-entry lengths (packed sequences, KV caches): this one when its spec says
+        `seqlens: varlen`, else its twin, built for the same arches on first use."""
+        if self.spec.seqlens is SeqlensKind.varlen:
+            return self
+        with self._lock:
+            if self._twin is None:
+                from ..toolchain.builder import build
+
+                twin = self.spec.with_seqlens(SeqlensKind.varlen)
+                self._twin = AttentionKernel(twin, {a: build(twin, a) for a in self.arches})
+            return self._twin
+
+    def with_kvcache(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, **kwargs: Any) -> Any:
+        """Attention of q over a KV cache, as flash_attn_with_kvcache (see attngen.runtime.kvcache.attend)."""
+        from .kvcache import attend
+
+        return attend(self, q, k_cache, v_cache, **kwargs)
+
     # ---- validation ---------------------------------------------------------------------------
-    def _check(self, q: Any, k: Any, v: Any, softmax_scale: float | None) -> float:
+    def _check(self, q: Any, k: Any, v: Any, softmax_scale: float | None, packed: bool = False) -> float:
         import torch
 
         for name, t in (("q", q), ("k", k), ("v", v)):
             if not isinstance(t, torch.Tensor):
                 raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            _check_tensor(name, t, self.spec)
+            check_tensor(name, t, self.spec, packed)
         if not (q.device == k.device == v.device):
             raise ValueError(f"q, k and v must be on one device; got {q.device}, {k.device}, {v.device}")
-        _check_shapes(q, k, v)
+        if packed:
+            _check_heads(q.shape[1], k.shape[1], v.shape[1], k.shape[0], v.shape[0])
+        else:
+            _check_shapes(q, k, v)
+        return self.arch_and_scale(q, softmax_scale)
+
+    def arch_and_scale(self, q: Any, softmax_scale: float | None) -> float:
+        """Check that this kernel is built for q's GPU; the softmax scale to use."""
+        import torch
+
         arch = current_arch(q.device)
         if arch not in self.cubins:
             built = ", ".join(a.value for a in self.arches)
@@ -98,7 +148,7 @@ class AttentionKernel:
             return fn
 
     def _launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                softmax_scale: float, extras: list[torch.Tensor], scalars: list[float]) -> None:
+                softmax_scale: float, extras: list[torch.Tensor], scalars: list[float], seqs: Seqlens) -> None:
         import torch
 
         from ..planning.planner import forward_family
@@ -108,12 +158,12 @@ class AttentionKernel:
         fn = self._function(q.device.index or 0, arch)
         stream = torch.cuda.current_stream(q.device).cuda_stream
         # The family builds its parameter block and grid, and launches.
-        args = variant_args_mod.prepare(self.variant, q, extras, scalars)
-        forward_family(plan.family).launch(plan, fn, stream, q, k, v, out, lse, softmax_scale, args)
+        args = variant_args_mod.prepare(self.variant, q, extras, scalars, seqs.batch)
+        forward_family(plan.family).launch(plan, fn, stream, q, k, v, out, lse, softmax_scale, args, seqs)
 
 
 def forward_params(fields: tuple[Any, ...], q: Any, k: Any, v: Any, out: Any, lse: Any, softmax_scale: float,
-                   args: VariantArgs) -> Any:
+                   args: VariantArgs, seqs: Seqlens) -> Any:
     """A family's forward parameter block (of `fields`, the variant's included) with the pointers, strides,
     shapes, scale and variant arguments every forward kernel reads; family-specific fields (TMA maps) are
     left for the family to fill."""
@@ -121,11 +171,12 @@ def forward_params(fields: tuple[Any, ...], q: Any, k: Any, v: Any, out: Any, ls
                                seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2], kv_heads=k.shape[2],
                                scale_log2=softmax_scale * math.log2(math.e))
     set_strides(params, q=q, k=k, v=v, o=out)
+    seqs.fill(params)
     args.fill(params)
     return params
 
 
-def _check_tensor(name: str, t: Any, spec: AttentionSpec) -> None:
+def check_tensor(name: str, t: Any, spec: AttentionSpec, packed: bool = False) -> None:
     import torch
 
     want = getattr(torch, dtype_trait(spec.dtype).torch)
@@ -133,7 +184,10 @@ def _check_tensor(name: str, t: Any, spec: AttentionSpec) -> None:
         raise ValueError(f"{name} must be a CUDA tensor, got a tensor on {t.device}")
     if t.dtype != want:
         raise ValueError(f"{name} must have dtype {want} (spec '{spec.name}' is {spec.dtype.value}), got {t.dtype}")
-    if t.dim() != 4:
+    if packed and t.dim() != 3:
+        raise ValueError(f"{name} must have 3 dims (total_tokens, heads, head_dim) with cu_seqlens, got shape "
+                         f"{tuple(t.shape)}")
+    if not packed and t.dim() != 4:
         raise ValueError(f"{name} must have 4 dims (batch, seqlen, heads, head_dim), got shape {tuple(t.shape)}")
     if t.shape[-1] != spec.head_dim:
         raise ValueError(f"{name} must have head_dim {spec.head_dim} (its last dim), got {t.shape[-1]}")
@@ -151,7 +205,14 @@ def _check_shapes(q: Any, k: Any, v: Any) -> None:
         raise ValueError("batch must be at least 1, got an empty batch")
     if q.shape[0] > MAX_GRID_YZ or q.shape[2] > MAX_GRID_YZ:
         raise ValueError(f"batch and heads must be at most {MAX_GRID_YZ}, got {q.shape[0]} and {q.shape[2]}")
-    heads, kv_heads = q.shape[2], k.shape[2]
+    _check_heads(q.shape[2], k.shape[2], v.shape[2], k.shape[1], v.shape[1])
+
+
+def _check_heads(heads: int, kv_heads: int, v_heads: int, k_rows: int, v_rows: int) -> None:
+    if kv_heads != v_heads or k_rows != v_rows:
+        raise ValueError(f"k and v must have one shape, got {kv_heads} and {v_heads} heads, {k_rows} and {v_rows} rows")
+    if heads > MAX_GRID_YZ:
+        raise ValueError(f"heads must be at most {MAX_GRID_YZ}, got {heads}")
     if kv_heads == 0 or heads % kv_heads:
         raise ValueError(f"q's heads ({heads}) must be a multiple of k's and v's kv_heads ({kv_heads})")
 

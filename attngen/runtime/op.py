@@ -9,15 +9,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import env
+from .seqlens import Seqlens
+
+#: The sequences of a call as the op carries them: (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+#: max_seqlen_k), the tensors None for a dense batch.
+Sequences = tuple[Any, Any, Any, int, int]
 
 if TYPE_CHECKING:
     import torch
 
-#: (q, k, v, out, lse, softmax_scale, extras, scalars) -> None, launching the kernel into out and lse; extras
-#: and scalars are the spec's runtime tensors and scalars in declaration order (attngen.runtime.variant_args).
+#: (q, k, v, out, lse, softmax_scale, extras, scalars, seqs) -> None, launching the kernel into out and lse; extras
+#: and scalars are the spec's runtime tensors and scalars in declaration order (attngen.runtime.variant_args);
+#: seqs (Seqlens) says where each entry's sequences sit, the tensors are as its `entries` gives them.
 Launcher = Callable[..., None]
 _LAUNCHERS: dict[str, Launcher] = {}
-#: (dout, q, k, v, out, lse, dlse, softmax_scale, extras, scalars) -> (dq, dk, dv, dsinks); dsinks is empty
+#: (dout, q, k, v, out, lse, dlse, softmax_scale, extras, scalars, seqs) -> (dq, dk, dv, dsinks); dsinks is empty
 #: without sinks.
 _BWD_LAUNCHERS: dict[str, Callable[..., Any]] = {}
 _REGISTERED = False
@@ -44,8 +50,15 @@ def _aligned(t: "torch.Tensor") -> bool:
     return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
 
 
+def _seqlens(q: Any, k: Any, seqs: Sequences) -> Seqlens:
+    cu_q, cu_k, used_k, max_q, max_k = seqs
+    if cu_q is not None:
+        return Seqlens.packed(q, cu_q, cu_k, max_q, max_k)
+    return Seqlens.dense(q, k, used_k)
+
+
 def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str, extras: list[Any],
-              scalars: list[float]) -> Any:
+              scalars: list[float], seqs: Sequences) -> Any:
     import torch
 
     launcher = _LAUNCHERS.get(kernel)
@@ -53,45 +66,56 @@ def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str, extras:
         raise ValueError(f"kernel '{kernel}' is not loaded in this process; build it with attngen.compile")
     # A fresh allocation is aligned; .contiguous() alone would return a misaligned tensor as it is.
     q, k, v = (_usable(t) for t in (q, k, v))
-    batch, seqlen_q, heads, _ = q.shape
+    info = _seqlens(q, k, seqs)
     fill = math.nan if env.poison_outputs() else None
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    lse = torch.empty(info.lse_shape(), dtype=torch.float32, device=q.device)
     if fill is not None:
         out.fill_(fill)
         lse.fill_(fill)
     if out.numel():
-        launcher(q, k, v, out, lse, softmax_scale, extras, scalars)
+        q4, k4, v4, out4 = (info.entries(t) for t in (q, k, v, out))
+        launcher(q4, k4, v4, out4, info.lse_entries(lse), softmax_scale, extras, scalars, info)
     return out, lse
 
 
+def _lse_shape(q: Any, seqs: Sequences) -> tuple[int, ...]:
+    return (q.shape[1], q.shape[0]) if seqs[0] is not None else (q.shape[0], q.shape[2], q.shape[1])
+
+
 def _fwd_fake(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str, extras: list[Any],
-              scalars: list[float]) -> Any:
+              scalars: list[float], seqs: Sequences) -> Any:
     import torch
 
-    batch, seqlen_q, heads, _ = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    return out, q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
+    return out, q.new_empty(_lse_shape(q, seqs), dtype=torch.float32)
 
 
 def _bwd_impl(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, dlse: Any, softmax_scale: float,
-              kernel: str, extras: list[Any], scalars: list[float]) -> Any:
+              kernel: str, extras: list[Any], scalars: list[float], seqs: Sequences) -> Any:
     backward = _BWD_LAUNCHERS.get(kernel)
     if backward is None:
         raise ValueError(f"kernel '{kernel}' has no backward loaded in this process; build it with attngen.compile")
     dout, q, k, v, out = (_usable(t) for t in (dout, q, k, v, out))
+    info = _seqlens(q, k, seqs)
     if dlse is not None:
-        dlse = dlse.contiguous()
-    return backward(dout, q, k, v, out, lse.contiguous(), dlse, softmax_scale, extras, scalars)
+        dlse = info.lse_entries(dlse.contiguous())
+    dout4, q4, k4, v4, out4 = (info.entries(t) for t in (dout, q, k, v, out))
+    dq, dk, dv, dsinks = backward(dout4, q4, k4, v4, out4, info.lse_entries(lse.contiguous()), dlse, softmax_scale,
+                                  extras, scalars, info)
+    if info.is_packed:
+        dq, dk, dv = (t.squeeze(0) for t in (dq, dk, dv))
+    return dq, dk, dv, dsinks
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
-    q, k, v, softmax_scale, kernel, extras, scalars = inputs
+    q, k, v, softmax_scale, kernel, extras, scalars, cu_q, cu_k, used_k, max_q, max_k = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, *extras)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_k, *extras)
     ctx.softmax_scale = softmax_scale
     ctx.kernel = kernel
     ctx.scalars = scalars
+    ctx.max_seqlens = (max_q, max_k)
     #: Where the sinks tensor sits among the extras (the one extra with a gradient), or -1.
     ctx.sinks_at = next((i for i, t in enumerate(extras) if t.requires_grad), -1)
 
@@ -99,14 +123,15 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -
 def _backward(ctx: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
     import torch
 
-    q, k, v, out, lse, *extras = ctx.saved_tensors
+    q, k, v, out, lse, cu_q, cu_k, used_k, *extras = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv, dsinks = torch.ops.attngen.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, ctx.softmax_scale,
-                                                         ctx.kernel, extras, ctx.scalars)
+                                                         ctx.kernel, extras, ctx.scalars, cu_q, cu_k, used_k,
+                                                         *ctx.max_seqlens)
     grads = [dsinks if i == ctx.sinks_at else None for i in range(len(extras))]
     # A list of floats is one leaf when it holds some (None), an empty list when it holds none.
-    return dq, dk, dv, None, None, grads, (None if ctx.scalars else [])
+    return (dq, dk, dv, None, None, grads, (None if ctx.scalars else []), None, None, None, None, None)
 
 
 def ensure_registered() -> None:
@@ -115,25 +140,35 @@ def ensure_registered() -> None:
         return
     import torch
 
-    # The schema comes from these annotations, so they are real types, not strings.
+    # The schema comes from these annotations, so they are real types, not strings. The trailing five are the
+    # sequences (Seqlens): packed cumulative lengths, a KV cache's used keys, the longest packed sequences.
     def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, kernel: str,
-                      extras: list[torch.Tensor], scalars: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        return _fwd_impl(q, k, v, softmax_scale, kernel, extras, scalars)
+                      extras: list[torch.Tensor], scalars: list[float], cu_seqlens_q: torch.Tensor | None,
+                      cu_seqlens_k: torch.Tensor | None, seqused_k: torch.Tensor | None, max_seqlen_q: int,
+                      max_seqlen_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        seqs = (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+        return _fwd_impl(q, k, v, softmax_scale, kernel, extras, scalars, seqs)
 
     def attention_fwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, kernel: str,
-                           extras: list[torch.Tensor], scalars: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        return _fwd_fake(q, k, v, softmax_scale, kernel, extras, scalars)
+                           extras: list[torch.Tensor], scalars: list[float], cu_seqlens_q: torch.Tensor | None,
+                           cu_seqlens_k: torch.Tensor | None, seqused_k: torch.Tensor | None, max_seqlen_q: int,
+                           max_seqlen_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        seqs = (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+        return _fwd_fake(q, k, v, softmax_scale, kernel, extras, scalars, seqs)
 
     def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                       lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float, kernel: str,
-                      extras: list[torch.Tensor],
-                      scalars: list[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _bwd_impl(dout, q, k, v, out, lse, dlse, softmax_scale, kernel, extras, scalars)
+                      extras: list[torch.Tensor], scalars: list[float], cu_seqlens_q: torch.Tensor | None,
+                      cu_seqlens_k: torch.Tensor | None, seqused_k: torch.Tensor | None, max_seqlen_q: int,
+                      max_seqlen_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        seqs = (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+        return _bwd_impl(dout, q, k, v, out, lse, dlse, softmax_scale, kernel, extras, scalars, seqs)
 
     def attention_bwd_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                            lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float, kernel: str,
-                           extras: list[torch.Tensor],
-                           scalars: list[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                           extras: list[torch.Tensor], scalars: list[float], cu_seqlens_q: torch.Tensor | None,
+                           cu_seqlens_k: torch.Tensor | None, seqused_k: torch.Tensor | None, max_seqlen_q: int,
+                           max_seqlen_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         sinks = next((t for t in extras if t.requires_grad), None)
         return (torch.empty_like(q, memory_format=torch.contiguous_format),
                 torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -149,9 +184,13 @@ def ensure_registered() -> None:
 
 
 def attention_fwd(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", softmax_scale: float, kernel: str,
-                  extras: "list[torch.Tensor] | None" = None,
-                  scalars: "list[float] | None" = None) -> "tuple[torch.Tensor, torch.Tensor]":
+                  extras: "list[torch.Tensor] | None" = None, scalars: "list[float] | None" = None,
+                  seqs: "Sequences | None" = None) -> "tuple[torch.Tensor, torch.Tensor]":
+    """The op on (q, k, v); `seqs` (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k) for packed
+    sequences or a KV cache's used keys, none for a dense batch."""
     import torch
 
     ensure_registered()
-    return torch.ops.attngen.attention_fwd(q, k, v, softmax_scale, kernel, list(extras or []), list(scalars or []))
+    cu_q, cu_k, used_k, max_q, max_k = seqs if seqs is not None else (None, None, None, 0, 0)
+    return torch.ops.attngen.attention_fwd(q, k, v, softmax_scale, kernel, list(extras or []), list(scalars or []),
+                                           cu_q, cu_k, used_k, max_q, max_k)

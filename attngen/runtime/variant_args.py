@@ -63,6 +63,7 @@ def expected_shape(decl: TensorDecl, sizes: Mapping[str, int]) -> tuple[int, ...
 
 
 def sizes_of(q: Any, k: Any) -> dict[str, int]:
+    """The named sizes of a dense call (a packed call's come from its Seqlens: `Seqlens.sizes`)."""
     return {"batch": q.shape[0], "heads": q.shape[2], "kv_heads": k.shape[2], "seqlen_q": q.shape[1],
             "seqlen_k": k.shape[1]}
 
@@ -88,12 +89,12 @@ def _describe(arg: RuntimeArg) -> str:
 
 
 def validate(arguments: tuple[RuntimeArg, ...], q: Any, k: Any, kwargs: Mapping[str, Any],
-             spec_name: str) -> tuple[list[Any], list[float]]:
+             spec_name: str, sizes: Mapping[str, int] | None = None) -> tuple[list[Any], list[float]]:
     """The call's keyword arguments checked against the spec's `arguments` (the variant's, computed once per
     kernel): (tensors, scalars) in declaration order, the form the custom op carries (attngen computes its
     own tensors, ALiBi's standard slopes, at launch)."""
     check_kwargs(arguments, kwargs, spec_name)
-    sizes = sizes_of(q, k)
+    sizes = sizes_of(q, k) if sizes is None else sizes
     tensors: list[Any] = []
     scalars: list[float] = []
     for arg in arguments:
@@ -106,9 +107,10 @@ def validate(arguments: tuple[RuntimeArg, ...], q: Any, k: Any, kwargs: Mapping[
     return tensors, scalars
 
 
-def prepare(kernel: KernelVariant, q: Any, tensors: list[Any], scalars: list[float]) -> VariantArgs:
-    """The launch's view of validated arguments: computed tensors added, summaries taken."""
-    args = VariantArgs(kernel.fields, batch=q.shape[0])
+def prepare(kernel: KernelVariant, q: Any, tensors: list[Any], scalars: list[float], batch: int) -> VariantArgs:
+    """The launch's view of validated arguments (q as the launchers see it, `batch` entries): computed tensors
+    added, summaries taken."""
+    args = VariantArgs(kernel.fields, batch=batch)
     given_tensors, given_scalars = iter(tensors), iter(scalars)
     for arg in kernel.arguments:
         if arg.computed:

@@ -33,6 +33,16 @@ class DType(str, Enum):
     bf16 = "bf16"
 
 
+class SeqlensKind(str, Enum):
+    """How the kernel learns each batch entry's sequence lengths."""
+
+    #: One seqlen_q and seqlen_k for the whole batch (dense (batch, seqlen, heads, head_dim) tensors).
+    fixed = "fixed"
+    #: Each entry's own lengths, read at run time: packed sequences (cu_seqlens, flash_attn's varlen) and a KV
+    #: cache's used keys.
+    varlen = "varlen"
+
+
 class Arch(str, Enum):
     sm80 = "sm80"
     sm86 = "sm86"
@@ -155,6 +165,9 @@ class AttentionSpec(_Frozen):
     #: Bitwise-reproducible gradients: the backward kernels without floating-point atomics. The default
     #: may add dQ with TMA bulk reductions (the sm90 wgmma backward), whose rounding can vary by run.
     deterministic: StrictBool = False
+    #: `varlen` builds the kernel for per-entry lengths (packed sequences, KV caches). A `fixed` spec's kernel
+    #: builds its varlen twin on its first such call, so this is only needed to build that twin ahead of time.
+    seqlens: SeqlensKind = SeqlensKind.fixed
 
     @field_validator("head_dim")
     @classmethod
@@ -307,6 +320,13 @@ class AttentionSpec(_Frozen):
         """A window-shaped mask (none, causal, sliding_window), no score mod, no sinks."""
         window_shaped = self.mask.kind in (MaskKind.none, MaskKind.causal, MaskKind.sliding_window)
         return window_shaped and self.score_mod is None and self.sinks is SinksKind.none
+
+    def with_seqlens(self, kind: SeqlensKind) -> AttentionSpec:
+        """This spec with `seqlens: kind` (the name gains `_varlen` for a varlen twin of a fixed spec)."""
+        if kind is self.seqlens:
+            return self
+        name = self.name + "_varlen" if kind is SeqlensKind.varlen else self.name.removesuffix("_varlen")
+        return self.model_copy(update={"seqlens": kind, "name": name[:64]})
 
     def with_arch(self, arch: Arch) -> AttentionSpec:
         return self.model_copy(update={"arch": (arch,)})

@@ -1,0 +1,157 @@
+"""Attention over a KV cache, as flash_attn_with_kvcache: new keys and values are written into the cache in
+place, then each query attends to its entry's first cache_seqlens[b] + seqlen_new keys (bottom-right aligned,
+so a causal mask lets the last query see every key).
+
+The cache is either contiguous, k_cache (batch, capacity, kv_heads, head_dim), or paged: a pool
+(num_blocks, page_size, kv_heads, head_dim) and an int32 block_table (batch, max_blocks) whose row b lists the
+pool blocks that hold entry b's keys in order. A paged cache is gathered into a contiguous view of the table's
+blocks before the kernel runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import env
+from .seqlens import check_used_keys
+
+if TYPE_CHECKING:
+    import torch
+
+    from .kernel import AttentionKernel
+
+#: Page sizes a paged cache may use (rows per block of the pool).
+PAGE_SIZES = range(16, 257, 16)
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """The cache as the call describes it: rows per entry (`capacity`), and the page size when paged."""
+
+    capacity: int
+    page_size: int = 0
+
+    @property
+    def paged(self) -> bool:
+        return self.page_size > 0
+
+
+def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+           cache_seqlens: torch.Tensor | int, k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
+           block_table: torch.Tensor | None = None, softmax_scale: float | None = None, return_lse: bool = False,
+           **variant_args: Any) -> Any:
+    """q (batch, seqlen_q, heads, head_dim) over the cache; out like q, and with `return_lse` the LSE
+    (batch, heads, seqlen_q). `cache_seqlens`: keys already in each entry's cache (int32 (batch,) or an int);
+    `k_new`/`v_new` (batch, seqlen_new, kv_heads, head_dim) are appended at those positions first. No gradient."""
+    import torch
+
+    from . import op
+    from .kernel import check_tensor
+    from .variant_args import validate
+
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        check_tensor(name, t, kernel.spec)
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on {q.device} with q, got a tensor on {t.device}")
+    shape = _check_cache(q, k_cache, v_cache, block_table)
+    if q.shape[2] % k_cache.shape[2]:
+        raise ValueError(f"q's heads ({q.shape[2]}) must be a multiple of the cache's kv_heads ({k_cache.shape[2]})")
+    scale = kernel.arch_and_scale(q, softmax_scale)
+    lengths = _lengths(cache_seqlens, q)
+    new = _check_new(k_new, v_new, q, k_cache)
+    check_used_keys(lengths + new, q.shape[0], shape.capacity, q.device, env.check_seqlens())
+    with torch.no_grad():
+        if new:
+            _append(k_cache, v_cache, k_new, v_new, lengths, block_table, shape)
+        used = (lengths + new).to(torch.int32)
+        k, v = (_gather(t, block_table, shape) for t in (k_cache, v_cache))
+        extras, scalars = validate(kernel.variant.arguments, q, k, variant_args, kernel.spec.name)
+        out, lse = op.attention_fwd(q, k, v, scale, kernel.varlen_kernel().key, extras, scalars,
+                                    (None, None, used, 0, 0))
+    return (out, lse) if return_lse else out
+
+
+def _check_cache(q: Any, k_cache: Any, v_cache: Any, block_table: Any) -> CacheShape:
+    import torch
+
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a 4-D tensor (batch, capacity, kv_heads, head_dim), or a paged pool "
+                             f"(num_blocks, page_size, kv_heads, head_dim) with block_table; got {got}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    if block_table is None:
+        if k_cache.shape[0] != q.shape[0]:
+            raise ValueError(f"k_cache must hold one entry per batch entry of q ({q.shape[0]}), got {k_cache.shape[0]}")
+        return CacheShape(capacity=k_cache.shape[1])
+    if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
+            or block_table.shape[0] != q.shape[0] or block_table.device != q.device:
+        got = f"{block_table.dtype} {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor) \
+            else type(block_table).__name__
+        raise ValueError(f"block_table must be an int32 tensor (batch={q.shape[0]}, max_blocks) on {q.device}, "
+                         f"got {got}")
+    page = k_cache.shape[1]
+    if page not in PAGE_SIZES:
+        raise ValueError(f"a paged cache's page_size (k_cache.shape[1]) must be a multiple of 16 from 16 to 256, "
+                         f"got {page}")
+    if env.check_seqlens() and block_table.numel():
+        lo, hi = int(block_table.min()), int(block_table.max())
+        if lo < 0 or hi >= k_cache.shape[0]:
+            raise ValueError(f"block_table's entries must index the pool's {k_cache.shape[0]} blocks, got values "
+                             f"from {lo} to {hi}")
+    return CacheShape(capacity=block_table.shape[1] * page, page_size=page)
+
+
+def _lengths(cache_seqlens: Any, q: Any) -> Any:
+    import torch
+
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        return torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    if not isinstance(cache_seqlens, torch.Tensor):
+        got = type(cache_seqlens).__name__
+        raise ValueError(f"cache_seqlens must be an int or an int32 tensor (batch,), got {got}")
+    return cache_seqlens
+
+
+def _check_new(k_new: Any, v_new: Any, q: Any, k_cache: Any) -> int:
+    """The rows appended per entry (0 without k_new)."""
+    if k_new is None and v_new is None:
+        return 0
+    if k_new is None or v_new is None:
+        raise ValueError("k_new and v_new come together: pass both or neither")
+    want = (q.shape[0], k_new.shape[1], k_cache.shape[2], k_cache.shape[3])
+    for name, t in (("k_new", k_new), ("v_new", v_new)):
+        if t.dim() != 4 or tuple(t.shape) != want or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name} must be a {q.dtype} tensor of shape (batch, seqlen_new, kv_heads, head_dim) = "
+                             f"{want} on {q.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    return int(k_new.shape[1])
+
+
+def _append(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, lengths: Any, block_table: Any,
+            shape: CacheShape) -> None:
+    """Write k_new/v_new at rows lengths[b] + j of each entry, in place."""
+    import torch
+
+    batch, rows = k_new.shape[0], k_new.shape[1]
+    pos = lengths.long()[:, None] + torch.arange(rows, device=k_new.device)[None, :]
+    entry = torch.arange(batch, device=k_new.device)[:, None].expand(batch, rows)
+    if shape.paged:
+        blocks = block_table.long()[entry, pos // shape.page_size]
+        at = (blocks, pos % shape.page_size)
+    else:
+        at = (entry, pos)
+    k_cache.index_put_(at, k_new)
+    v_cache.index_put_(at, v_new)
+
+
+def _gather(pool: Any, block_table: Any, shape: CacheShape) -> Any:
+    """A contiguous (batch, capacity, kv_heads, head_dim) view of the cache: the table's blocks in order."""
+    if not shape.paged:
+        return pool
+    batch, blocks = block_table.shape
+    return pool[block_table.long()].reshape(batch, blocks * shape.page_size, pool.shape[2], pool.shape[3])
