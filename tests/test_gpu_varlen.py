@@ -1,6 +1,6 @@
 """GPU tests of per-entry lengths: packed (varlen) sequences forward and backward, and attention over a KV cache
 (contiguous and paged, with new keys appended), against the float64 reference sequence by sequence
-(attngen.reference.packed / .cache).
+(attngen.reference.varlen / .varlen_grads / .cache).
 
 Run on a machine with a CUDA device: `python -m pytest -m gpu tests/test_gpu_varlen.py`.
 """
@@ -105,13 +105,13 @@ def test_packed_forward_and_backward(config: dict[str, Any], pipeline: str) -> N
     out, lse = kernel(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(LENGTHS_Q),
                       max_seqlen_k=max(LENGTHS_K), return_lse=True, **extra)
     plain = {n: t.detach() for n, t in extra.items()}
-    ref_out, ref_lse = attngen.reference.packed(spec, q, k, v, cu_q, cu_k, **plain)
+    ref_out, ref_lse = attngen.reference.varlen(spec, q, k, v, cu_q, cu_k, **plain)
     assert out.shape == q.shape and lse.shape == (heads, q.shape[0])
     assert relative_error(out, torch.from_numpy(ref_out).cuda()) < TOLERANCE[spec.dtype]
     assert lse_error(lse, torch.from_numpy(ref_lse).cuda()) < LSE_TOLERANCE
     dout = torch.randn_like(out)
     out.backward(dout)
-    ref = attngen.reference.packed_grads(spec, q, k, v, dout, cu_q, cu_k, **plain)
+    ref = attngen.reference.varlen_grads(spec, q, k, v, dout, cu_q, cu_k, **plain)
     for name, t in (("dq", q), ("dk", k), ("dv", v)):
         err = relative_error(t.grad, torch.from_numpy(ref[name]).cuda())
         assert err < GRAD_TOLERANCE[spec.dtype], f"{name}: {err}"

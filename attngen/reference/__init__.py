@@ -29,7 +29,7 @@ class _ReferenceModule(types.ModuleType):
         return grads(_spec(spec), q, k, v, dout, softmax_scale=softmax_scale, dlse=dlse, **tensors)
 
 
-    def packed(self, spec: Any, q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
+    def varlen(self, spec: Any, q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
                softmax_scale: float | None = None, **tensors: Any) -> Any:
         """Float64 (out (total_q, heads, d), lse (heads, total_q)) of packed sequences, each attended alone."""
         from .packed import attention_packed
@@ -37,7 +37,7 @@ class _ReferenceModule(types.ModuleType):
         return attention_packed(_spec(spec), q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=softmax_scale,
                                 **tensors)
 
-    def packed_grads(self, spec: Any, q: Any, k: Any, v: Any, dout: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
+    def varlen_grads(self, spec: Any, q: Any, k: Any, v: Any, dout: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *,
                      softmax_scale: float | None = None, **tensors: Any) -> Any:
         """Float64 gradients {dq, dk, dv[, dsinks]} of packed sequences."""
         from .packed import grads_packed
