@@ -40,16 +40,17 @@ def bench(
         "--out", "-o", help="Output folder, created if missing (default: a new folder in the current one, "
                             "attngen-bench-<gpu>-<YYYYmmdd-HHMMSS>/; attngen-bench-bwd-... with --backward).")
     ] = None,
-    head_dims: Annotated[str, typer.Option("--head-dims", metavar="LIST", help="Head dims, comma separated.")
-                         ] = "64,128,256",
+    head_dims: Annotated[str | None, typer.Option(
+        "--head-dims", metavar="LIST", help="Head dims, comma separated (default 64,128,256; 128 with --decode "
+                                            "or --varlen).")] = None,
     seqlens: Annotated[str | None, typer.Option(
         "--seqlens", metavar="LIST", help="Seqlens, comma separated (2k = 2048). Default: 512..16k, or "
                                           "--quick's per head dim.")] = None,
     causal: Annotated[str, typer.Option("--causal", help="both, yes or no.")] = "both",
     dtype: Annotated[str, typer.Option("--dtype", help="bf16 or fp16.")] = "bf16",
-    peers: Annotated[str, typer.Option(
-        "--peers", metavar="LIST", help="Peers, comma separated, from flash,cudnn,efficient,flex (or none).")
-    ] = "flash,cudnn,efficient,flex",
+    peers: Annotated[str | None, typer.Option(
+        "--peers", metavar="LIST", help="Peers, comma separated, from flash,cudnn,efficient,flex (or none; default "
+                                        "all); --decode: flash,cudnn,fa4; --varlen: flash,fa4.")] = None,
     budget_s: Annotated[float | None, typer.Option(
         "--budget-s", help="Skip the configs left once this many seconds have passed (reports still written).")
     ] = None,
@@ -66,6 +67,28 @@ def bench(
         "--variant", metavar="SPEC", help="Time this spec (a YAML path or a catalogue name; repeatable) against "
                                           "its plain kernel, FlexAttention and FlashAttention-4 (variant.json, "
                                           "variant.md; default seqlen 8k; --seqlens applies).")] = None,
+    decode: Annotated[bool, typer.Option(
+        "--decode", help="Attention over a KV cache (with_kvcache, contiguous and paged) against FlashAttention-2, "
+                         "cuDNN and FlashAttention-4, in GB/s beside the copy bandwidth (decode.json, decode.md).")
+    ] = False,
+    varlen: Annotated[bool, typer.Option(
+        "--varlen", help="A packed forward+backward step over documents of mixed lengths against attngen's dense "
+                         "step, torch's varlen_attn and FlashAttention-4 (varlen.json, varlen.md).")] = False,
+    batches: Annotated[str, typer.Option("--batches", metavar="LIST", help="--decode: batch sizes.")] = "1,8,32,64",
+    caches: Annotated[str, typer.Option(
+        "--caches", metavar="LIST", help="--decode: cache lengths (k = 1024; multiples of 256).")] = "1k,4k,32k,128k",
+    seqlen_q: Annotated[int, typer.Option("--seqlen-q", help="--decode: query rows per entry (1..16).")] = 1,
+    heads: Annotated[int | None, typer.Option(
+        "--heads", help="--decode / --varlen: query heads (default 32 / 16).")] = None,
+    kv_heads: Annotated[int, typer.Option("--kv-heads", help="--decode: KV heads (GQA).")] = 8,
+    memory_gib: Annotated[float, typer.Option(
+        "--memory-gib", help="--decode: skip points whose cache plus its copy repeated to the query heads would "
+                             "pass this many GiB.")] = 40.0,
+    total_tokens: Annotated[int, typer.Option(
+        "--total-tokens", help="--varlen: tokens per step (a multiple of 8192).")] = 32768,
+    doc_lengths: Annotated[str, typer.Option(
+        "--doc-lengths", metavar="MIN..MAX", help="--varlen: document lengths, log-uniform.")] = "64..8k",
+    seed: Annotated[int, typer.Option("--seed", help="--varlen: seed of the document lengths.")] = 0,
 ) -> None:
     """Time attngen's forward kernels against torch SDPA (flash, cuDNN, efficient) and FlexAttention.
 
@@ -77,10 +100,18 @@ def bench(
 
     Prints TFLOP/s, attngen's ratios and, last, the folder it wrote.
 
+    --decode (attention over a KV cache) and --varlen (a packed training step) are suites of their own:
+    decode.json, decode.md, decode_gbps.png; varlen.json, varlen.md, varlen_tflops.png.
+
     The plot needs matplotlib: pip install 'attngen\\[bench]'.
     """
     from . import model
 
+    if decode or varlen:
+        _seqlens_suite(decode, varlen, locals())
+        return
+    head_dims = head_dims or "64,128,256"
+    peers = peers or "flash,cudnn,efficient,flex"
     if merge:
         _merge(merge, out)
         return
@@ -109,6 +140,37 @@ def bench(
     if not options.grid():
         _fail("no configuration to run: --quick covers head dims 64, 128 and 256 only; pass --seqlens", EXIT_USAGE)
     _run(options)
+
+
+def _seqlens_suite(decode: bool, varlen: bool, opts: dict[str, Any]) -> None:
+    """--decode or --varlen: their options parsed, the suite run, the folder named."""
+    from . import model, output, seqlens
+    from .runner import BenchError
+
+    if decode and varlen:
+        _fail("--decode and --varlen are separate runs: pass one", EXIT_USAGE)
+    try:
+        decode_opts = seqlens.decode_options(opts) if decode else None
+        varlen_opts = None if decode else seqlens.varlen_options(opts)
+    except ValueError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    if opts["dtype"] not in model.TOLERANCE:
+        _fail(f"--dtype must be bf16 or fp16, got {opts['dtype']!r}", EXIT_USAGE)
+    if decode_opts is not None and not seqlens.decode_points(decode_opts)[0]:
+        _fail("no decode point fits --memory-gib", EXIT_USAGE)
+    try:
+        if decode_opts is not None:
+            from .decode import run as run_decode
+
+            target, paths, elapsed_s = run_decode(decode_opts, log=_log)
+        else:
+            from .varlen import run as run_varlen
+
+            assert varlen_opts is not None
+            target, paths, elapsed_s = run_varlen(varlen_opts, log=_log)
+    except BenchError as exc:
+        _fail(str(exc))
+    typer.echo(output.written_line(target, paths, elapsed_s))
 
 
 def _backward(head_dims: Sequence[int], seqlens: Sequence[int], causal: Sequence[bool], dtype: str,

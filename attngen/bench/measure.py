@@ -200,3 +200,12 @@ def _physical_index() -> int:
     ids = [v.strip() for v in visible.split(",") if v.strip()]
     index = torch.cuda.current_device()
     return int(ids[index]) if index < len(ids) and ids[index].isdigit() else index
+
+
+def copy_bandwidth() -> dict[str, Any]:
+    """A COPY_BYTES device-to-device copy: its time and GB/s (bytes read + written)."""
+    import torch
+
+    copy_ms = _copy_ms()
+    torch.cuda.empty_cache()
+    return {"copy_bytes": COPY_BYTES, "copy_ms": copy_ms, "copy_gbps": 2.0 * COPY_BYTES / (copy_ms * 1e-3) / 1e9}
