@@ -121,24 +121,30 @@ def parse_range(text: str) -> tuple[int, int]:
 def decode_options(opts: dict[str, Any]) -> DecodeOptions:
     """DecodeOptions from the command's options (names as its parameters); ValueError names the option."""
     return DecodeOptions(
-        head_dims=_opt("--head-dims", parse_ints, opts.get("head_dims") or "128"),
-        heads=opts.get("heads") or 32, kv_heads=opts.get("kv_heads", 8), seqlen_q=opts.get("seqlen_q", 1),
-        batches=_opt("--batches", parse_ints, opts.get("batches") or "1,8,32,64"),
-        caches=_opt("--caches", parse_lengths, opts.get("caches") or "1k,4k,32k,128k"),
-        memory_gib=float(opts.get("memory_gib", 40.0)), dtype=opts.get("dtype") or "bf16",
-        peers=_opt("--peers", lambda t: parse_peer_list(t, DECODE_PEERS), opts.get("peers") or ",".join(DECODE_PEERS)),
+        head_dims=_opt("--head-dims", parse_ints, _get(opts, "head_dims", "128")),
+        heads=_get(opts, "heads", 32), kv_heads=opts.get("kv_heads", 8), seqlen_q=opts.get("seqlen_q", 1),
+        batches=_opt("--batches", parse_ints, _get(opts, "batches", "1,8,32,64")),
+        caches=_opt("--caches", parse_lengths, _get(opts, "caches", "1k,4k,32k,128k")),
+        memory_gib=float(opts.get("memory_gib", 40.0)), dtype=_get(opts, "dtype", "bf16"),
+        peers=_opt("--peers", lambda t: parse_peer_list(t, DECODE_PEERS), _get(opts, "peers", ",".join(DECODE_PEERS))),
         out=opts.get("out"))
 
 
 def varlen_options(opts: dict[str, Any]) -> VarlenOptions:
     """VarlenOptions from the command's options (names as its parameters); ValueError names the option."""
-    lo, hi = _opt("--doc-lengths", parse_range, opts.get("doc_lengths") or "64..8k")
+    lo, hi = _opt("--doc-lengths", parse_range, _get(opts, "doc_lengths", "64..8k"))
     return VarlenOptions(
-        head_dims=_opt("--head-dims", parse_ints, opts.get("head_dims") or "128"), heads=opts.get("heads") or 16,
+        head_dims=_opt("--head-dims", parse_ints, _get(opts, "head_dims", "128")), heads=_get(opts, "heads", 16),
         total_tokens=opts.get("total_tokens", 32768), min_len=lo, max_len=hi, seed=opts.get("seed", 0),
-        dtype=opts.get("dtype") or "bf16",
-        peers=_opt("--peers", lambda t: parse_peer_list(t, VARLEN_PEERS), opts.get("peers") or ",".join(VARLEN_PEERS)),
+        dtype=_get(opts, "dtype", "bf16"),
+        peers=_opt("--peers", lambda t: parse_peer_list(t, VARLEN_PEERS), _get(opts, "peers", ",".join(VARLEN_PEERS))),
         out=opts.get("out"))
+
+
+def _get(opts: dict[str, Any], key: str, default: Any) -> Any:
+    """opts[key] unless absent or None (an empty text stays, and fails its parse)."""
+    value = opts.get(key)
+    return default if value is None else value
 
 
 def _opt(name: str, parse: Any, text: str) -> Any:
