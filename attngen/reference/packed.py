@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..features.variant import variant_of
-from ..spec.variant import TensorDecl
 from ..spec.model import AttentionSpec
+from ..spec.variant import TensorDecl
 from .variant import _array, attention, grads
 
 
