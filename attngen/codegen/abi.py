@@ -49,6 +49,19 @@ FWD_PARAMS: tuple[Field, ...] = (
     Field("scale_log2", "float", _F32),
 )
 
+#: The decode kernels' block (attngen/families/sm80_decode.py): the forward's, then a paged cache's block table
+#: (int32 rows of table_stride entries, null for a contiguous cache; K and V's batch stride is then the pool's
+#: block stride) and page size, the KV splits, the batch, and the splits' fp32 partial outputs and LSEs.
+DECODE_PARAMS: tuple[Field, ...] = (
+    *FWD_PARAMS,
+    Field("block_table", "const int*", _PTR),
+    Field("table_stride", "long long", _I64),
+    Field("o_part", "float*", _PTR),
+    Field("lse_part", "float*", _PTR),
+    Field("page_size", "int", _I32),
+    Field("num_splits", "int", _I32),
+    Field("batch", "int", _I32),
+)
 
 #: cuTensorMapEncodeTiled's opaque 128-byte CUtensorMap (64-byte aligned in the kernel's struct).
 TENSOR_MAP_BYTES = 128

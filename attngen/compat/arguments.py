@@ -22,7 +22,7 @@ def check_dropout(dropout_p: Any) -> None:
 
 def check_num_splits(num_splits: Any) -> None:
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
-        raise ValueError(f"num_splits must be an int >= 0 (attngen chooses its own schedule and ignores it), "
+        raise ValueError(f"num_splits must be an int >= 0 (0: attngen chooses the decode kernels' KV splits), "
                          f"got {num_splits!r}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..planning.planner_decode import MAX_DECODE_QUERY
 from . import arguments as args
 from .kernels import kernel_for
 from .options import make_options
@@ -100,8 +101,9 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
     windows aligned bottom-right to them. Returns out like q, or (out, softmax_lse (batch, heads, seqlen_q)).
 
     Not supported (a ValueError names them): rotary_cos / rotary_sin (apply rotary embeddings before the
-    call; rotary_interleaved is then unused), cache_batch_idx, cache_leftpad. num_splits is accepted and
-    ignored: attngen chooses its own schedule.
+    call; rotary_interleaved is then unused), cache_batch_idx, cache_leftpad. num_splits (0: attngen's choice)
+    sets the KV splits of the split-KV decode kernels, which run queries of at most 16 rows; longer queries
+    run the forward kernels and ignore it.
     """
     _refuse_kvcache_extras(rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad)
     args.check_num_splits(num_splits)
@@ -113,8 +115,9 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
                            softcap=softcap, alibi=args.alibi_form(alibi_slopes))
     kernel = kernel_for(options, q.device)
     result = kernel.with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, k_new=k, v_new=v,
-                                 block_table=block_table, softmax_scale=softmax_scale,
-                                 return_lse=return_softmax_lse, **args.variant_kwargs(options, alibi_slopes))
+                                 block_table=block_table, softmax_scale=softmax_scale, return_lse=return_softmax_lse,
+                                 num_splits=num_splits if q.shape[1] <= MAX_DECODE_QUERY else 0,
+                                 **args.variant_kwargs(options, alibi_slopes))
     if not return_softmax_lse:
         return result
     out, lse = result

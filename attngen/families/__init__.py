@@ -22,6 +22,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("sm80_fwd", "Sm80Forward"),
     ("sm90_bwd", "Sm90Backward"),
     ("sm80_bwd", "Sm80Backward"),
+    ("sm80_decode", "Sm80Decode"),
 )
 
 __all__ = ["Coverage", "Direction", "KernelFamily", "get", "registry", "serving"]

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 class Direction(str, Enum):
     forward = "forward"
     backward = "backward"
+    #: Short queries over a KV cache (split-KV): built beside the forward, used by KV-cache calls.
+    decode = "decode"
 
 
 @dataclass(frozen=True)

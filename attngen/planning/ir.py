@@ -96,6 +96,10 @@ class SmemRegions(_Frozen):
             at += size
         return cls(offsets=tuple(offsets), total_bytes=at)
 
+    def offset(self, name: str) -> int:
+        """The byte offset of region `name`."""
+        return dict(self.offsets)[name]
+
 
 class SmemLayout(_Frozen):
     """Byte offsets into the block's dynamic shared memory."""
@@ -301,3 +305,60 @@ class HopperBwdPlan(_Frozen):
         return {"kernel_name": self.kernel_name, "arch": self.arch.value, "family": self.family,
                 "dkdv_wgmma": self.dkdv_wgmma.model_dump(), "preprocess_rows": self.preprocess_rows,
                 "reason": self.reason}
+
+
+class DecodeTiling(_Frozen):
+    """One point of the decode search space: 16 packed query rows per block, its warps splitting each K/V tile
+    by keys (warp_keys each), a cp.async ring of `stages` tiles."""
+
+    warp_keys: int
+    num_warps: int
+    stages: int
+
+    @property
+    def tile_keys(self) -> int:
+        return self.warp_keys * self.num_warps
+
+
+class DecodeCandidate(_Frozen):
+    tiling: DecodeTiling
+    smem_bytes: int
+    regs_estimate: int
+    #: Resident blocks per SM and the K/V bytes they keep in flight (stages - 1 tiles each).
+    blocks_per_sm: int = 0
+    inflight_bytes: int = 0
+    fits: bool
+    reason: str
+
+
+class DecodePlan(_Frozen):
+    """The decode family's plan: the split kernel (16 packed query rows x one KV split per block) and the
+    combine kernel that merges the splits by their LSE. The number of splits is chosen per call
+    (planning.splits.choose_splits) from the batch, the KV heads, the cache length and the SM count."""
+
+    spec: AttentionSpec
+    arch: Arch
+    family: str
+    #: attn_decode_<variant>_hd<d>_<dtype>_<arch>_splitkv; entry points append _split and _combine.
+    kernel_name: str
+    tiling: DecodeTiling
+    threads: int
+    smem: SmemRegions
+    min_blocks_per_sm: int
+    blocks_per_sm: int
+    num_sms: int
+    reason: str
+    candidates: tuple[DecodeCandidate, ...] = ()
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.smem.total_bytes
+
+    @property
+    def entry_names(self) -> tuple[str, ...]:
+        return (f"{self.kernel_name}_split", f"{self.kernel_name}_combine")
+
+    def summary(self) -> dict[str, object]:
+        return {"kernel_name": self.kernel_name, "arch": self.arch.value, "family": self.family,
+                "tiling": self.tiling.model_dump(), "tile_keys": self.tiling.tile_keys, "smem_bytes": self.smem_bytes,
+                "blocks_per_sm": self.blocks_per_sm, "reason": self.reason}

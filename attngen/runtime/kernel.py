@@ -45,6 +45,8 @@ class AttentionKernel:
         self._lock = threading.Lock()
         #: The varlen twin (spec `seqlens: varlen`) that packed and KV-cache calls run, built on the first one.
         self._twin: AttentionKernel | None = None
+        #: The split-KV decode kernels of KV-cache calls with short queries (runtime.decode), made on first use.
+        self._decode: Any = None
         from .backward import BackwardKernels
 
         #: The backward kernels, compiled on the first backward through this kernel.
@@ -96,6 +98,16 @@ class AttentionKernel:
                 twin = self.spec.with_seqlens(SeqlensKind.varlen)
                 self._twin = AttentionKernel(twin, {a: build(twin, a) for a in self.arches})
             return self._twin
+
+    def decode_key(self) -> str:
+        """The op's key of this kernel's split-KV decode kernels (compiled on the first decode call)."""
+        with self._lock:
+            if self._decode is None:
+                from .decode import DecodeKernels
+
+                self._decode = DecodeKernels(self.spec)
+                op.register_decode(f"{self.key}-decode", self._decode)
+        return f"{self.key}-decode"
 
     def with_kvcache(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, **kwargs: Any) -> Any:
         """Attention of q over a KV cache, as flash_attn_with_kvcache (see attngen.runtime.kvcache.attend)."""

@@ -4,8 +4,9 @@ so a causal mask lets the last query see every key).
 
 The cache is either contiguous, k_cache (batch, capacity, kv_heads, head_dim), or paged: a pool
 (num_blocks, page_size, kv_heads, head_dim) and an int32 block_table (batch, max_blocks) whose row b lists the
-pool blocks that hold entry b's keys in order. A paged cache is gathered into a contiguous view of the table's
-blocks before the kernel runs.
+pool blocks that hold entry b's keys in order. Queries of at most 16 rows run the split-KV decode kernels, which
+read either cache in place; longer ones run the forward kernels over a contiguous view (a paged cache's blocks
+gathered first).
 """
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ class CacheShape:
 def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
            cache_seqlens: torch.Tensor | int, k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
            block_table: torch.Tensor | None = None, softmax_scale: float | None = None, return_lse: bool = False,
-           **variant_args: Any) -> Any:
+           split_kv: bool | None = None, num_splits: int = 0, **variant_args: Any) -> Any:
     """q (batch, seqlen_q, heads, head_dim) over the cache; out like q, and with `return_lse` the LSE
     (batch, heads, seqlen_q). `cache_seqlens`: keys already in each entry's cache (int32 (batch,) or an int);
-    `k_new`/`v_new` (batch, seqlen_new, kv_heads, head_dim) are appended at those positions first. No gradient."""
+    `k_new`/`v_new` (batch, seqlen_new, kv_heads, head_dim) are appended at those positions first. No gradient.
+
+    Queries of at most MAX_DECODE_QUERY rows run the split-KV decode kernels, which read a paged cache in place
+    (`split_kv=None`); `split_kv=False` runs the forward kernels (a paged cache is then gathered first), True
+    insists on the decode kernels. `num_splits` (0: the planner's choice) fixes the decode kernels' KV splits."""
     import torch
 
     from . import op
@@ -63,15 +68,42 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
     lengths = _lengths(cache_seqlens, q)
     new = _check_new(k_new, v_new, q, k_cache)
     check_used_keys(lengths + new, q.shape[0], shape.capacity, q.device, env.check_seqlens())
+    decode = _use_decode(q, split_kv, num_splits)
     with torch.no_grad():
         if new:
             _append(k_cache, v_cache, k_new, v_new, lengths, block_table, shape)
         used = (lengths + new).to(torch.int32)
+        if decode:
+            sizes = {"batch": q.shape[0], "heads": q.shape[2], "kv_heads": k_cache.shape[2], "seqlen_q": q.shape[1],
+                     "seqlen_k": shape.capacity}
+            extras, scalars = validate(kernel.variant.arguments, q, k_cache, variant_args, kernel.spec.name, sizes)
+            out, lse = op.decode_fwd(q, k_cache, v_cache, used, block_table, scale, kernel.decode_key(), extras,
+                                     scalars, num_splits)
+            return (out, lse) if return_lse else out
         k, v = (_gather(t, block_table, shape) for t in (k_cache, v_cache))
         extras, scalars = validate(kernel.variant.arguments, q, k, variant_args, kernel.spec.name)
         out, lse = op.attention_fwd(q, k, v, scale, kernel.varlen_kernel().key, extras, scalars,
                                     (None, None, used, 0, 0))
     return (out, lse) if return_lse else out
+
+
+def _use_decode(q: Any, split_kv: bool | None, num_splits: Any) -> bool:
+    """Whether the call runs the split-KV decode kernels (see `attend`)."""
+    from ..planning.planner_decode import MAX_DECODE_QUERY
+    from ..planning.splits import MAX_SPLITS
+
+    if split_kv not in (None, True, False):
+        raise ValueError(f"split_kv must be None (automatic), True or False, got {split_kv!r}")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be an int from 0 (automatic) to {MAX_SPLITS}, got {num_splits!r}")
+    short = q.shape[1] <= MAX_DECODE_QUERY
+    if split_kv and not short:
+        raise ValueError(f"split_kv=True: the decode kernels take at most {MAX_DECODE_QUERY} queries per entry, "
+                         f"q has {q.shape[1]}; leave split_kv out to run the forward kernels")
+    if num_splits and (split_kv is False or not short):
+        raise ValueError(f"num_splits applies to the split-KV decode kernels (at most {MAX_DECODE_QUERY} queries, "
+                         f"split_kv not False); got {q.shape[1]} queries with split_kv={split_kv}")
+    return short if split_kv is None else split_kv
 
 
 def _check_cache(q: Any, k_cache: Any, v_cache: Any, block_table: Any) -> CacheShape:

@@ -26,6 +26,9 @@ _LAUNCHERS: dict[str, Launcher] = {}
 #: (dout, q, k, v, out, lse, dlse, softmax_scale, extras, scalars, seqs) -> (dq, dk, dv, dsinks); dsinks is empty
 #: without sinks.
 _BWD_LAUNCHERS: dict[str, Callable[..., Any]] = {}
+#: (q, k, v, seqused_k, block_table, softmax_scale, extras, scalars) -> (out, lse): a kernel's decode kernels
+#: (attngen.runtime.decode.DecodeKernels) over a KV cache, contiguous or paged.
+_DECODE_LAUNCHERS: dict[str, Callable[..., Any]] = {}
 _REGISTERED = False
 
 
@@ -34,6 +37,11 @@ def register_launcher(key: str, launcher: Launcher, backward: Callable[..., Any]
     _LAUNCHERS[key] = launcher
     if backward is not None:
         _BWD_LAUNCHERS[key] = backward
+
+
+def register_decode(key: str, launcher: Callable[..., Any]) -> None:
+    ensure_registered()
+    _DECODE_LAUNCHERS[key] = launcher
 
 
 def _usable(t: Any) -> Any:
@@ -175,6 +183,25 @@ def ensure_registered() -> None:
                 torch.empty_like(v, memory_format=torch.contiguous_format),
                 torch.empty_like(sinks) if sinks is not None else q.new_empty((0,), dtype=torch.float32))
 
+    def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqused_k: torch.Tensor,
+                   block_table: torch.Tensor | None, softmax_scale: float, kernel: str, extras: list[torch.Tensor],
+                   scalars: list[float], num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+        launcher = _DECODE_LAUNCHERS.get(kernel)
+        if launcher is None:
+            raise ValueError(f"kernel '{kernel}' has no decode kernels loaded in this process; build it with "
+                             f"attngen.compile")
+        q, k_cache, v_cache = (_usable(t) for t in (q, k_cache, v_cache))
+        return launcher(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, extras, scalars, num_splits)
+
+    def decode_fwd_fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqused_k: torch.Tensor,
+                        block_table: torch.Tensor | None, softmax_scale: float, kernel: str,
+                        extras: list[torch.Tensor], scalars: list[float],
+                        num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+    dec = torch.library.custom_op("attngen::decode_fwd", mutates_args=(), device_types="cuda")(decode_fwd)
+    dec.register_fake(decode_fwd_fake)
     op = torch.library.custom_op("attngen::attention_fwd", mutates_args=(), device_types="cuda")(attention_fwd)
     op.register_fake(attention_fwd_fake)
     bwd = torch.library.custom_op("attngen::attention_bwd", mutates_args=(), device_types="cuda")(attention_bwd)
@@ -194,3 +221,16 @@ def attention_fwd(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", softm
     cu_q, cu_k, used_k, max_q, max_k = seqs if seqs is not None else (None, None, None, 0, 0)
     return torch.ops.attngen.attention_fwd(q, k, v, softmax_scale, kernel, list(extras or []), list(scalars or []),
                                            cu_q, cu_k, used_k, max_q, max_k)
+
+
+def decode_fwd(q: "torch.Tensor", k_cache: "torch.Tensor", v_cache: "torch.Tensor", seqused_k: "torch.Tensor",
+               block_table: "torch.Tensor | None", softmax_scale: float, kernel: str,
+               extras: "list[torch.Tensor] | None" = None, scalars: "list[float] | None" = None,
+               num_splits: int = 0) -> "tuple[torch.Tensor, torch.Tensor]":
+    """The decode op: q (batch, seqlen_q <= 16, heads, d) over a KV cache, contiguous or paged (`block_table`);
+    `num_splits` 0 lets the decode family choose."""
+    import torch
+
+    ensure_registered()
+    return torch.ops.attngen.decode_fwd(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, kernel,
+                                        list(extras or []), list(scalars or []), num_splits)

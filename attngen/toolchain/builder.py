@@ -67,6 +67,16 @@ def build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin:
     return compile_cached(render(plan_bwd(spec, Arch(arch))))
 
 
+def build_decode(spec: AttentionSpec, arch: Arch | str) -> Cubin:
+    """Plan, render and compile the decode kernels of `spec` for `arch` (split-KV for short queries over a KV
+    cache): one cubin of the split and combine kernels (see attngen/families/sm80_decode.py)."""
+    from ..codegen.renderer import render
+    from ..planning.planner_decode import plan_decode
+    from .cache import compile_cached
+
+    return compile_cached(render(plan_decode(spec, Arch(arch))))
+
+
 def try_build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin | str:
     """The backward cubin, or why the arch's budget cannot hold the backward (a PlanError's text)."""
     from ..errors import PlanError

@@ -1,0 +1,180 @@
+"""The split-KV decode (sm80 and later): short queries (MAX_DECODE_QUERY at most) over a KV cache.
+
+Decoding reads the whole cache per generated token while doing little arithmetic on it: the kernel is bound by
+memory, and what matters is that every SM keeps enough bytes in flight and that each K/V byte is read once.
+So a block packs the query heads of one KV head (a GQA group) times the query positions into the 16 rows of
+one mma.sync tile, its warps split every K/V tile by keys, and blocks split each entry's keys into runs
+(planning.splits) whose fp32 partials a combine kernel merges by their LSE. K/V rows come from a contiguous
+cache or, through the block table, from a paged pool, by cp.async, so paging costs one table read per row.
+
+The budget lives here: `smem_layout` (bytes), `register_estimate`, and the in-flight bytes each candidate keeps
+per SM (`evaluate`). Template attn_decode.cu.j2, parameter block abi.DECODE_PARAMS.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+from ..codegen.abi import DECODE_PARAMS, layout, with_variant
+from ..errors import PlanError
+from ..features.dtype import DTYPES, dtype_trait
+from ..features.kv_layout import KV_LAYOUTS
+from ..features.mask import MASKS
+from ..features.variant import params_with_variant, variant_of
+from ..planning.archs import ArchInfo
+from ..planning.ir import DecodeCandidate, DecodePlan, DecodeTiling, SmemRegions
+from ..planning.planner_decode import MAX_DECODE_QUERY, DecodeFamily
+from ..planning.shared import swizzle_chunks
+from ..planning.splits import SplitChoice, choose_splits
+from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, SeqlensKind
+from .base import Coverage
+
+#: Packed query rows of a block: one mma.sync m16 tile.
+BLOCK_M = 16
+#: Warps of a block; each takes a quarter of every K/V tile's keys.
+DECODE_WARPS = 4
+#: Keys of one warp's slice of a tile (the softmax block), and ring depths, the search space.
+WARP_KEYS = (16, 32, 64)
+STAGES = (2, 3, 4, 5)
+#: K/V bytes each SM should keep in flight. Little's law on the H100: 3.0 TB/s x ~1.5 us of loaded DRAM
+#: latency over 132 SMs is ~34 KB; twice that leaves room for the tile a block is computing on.
+INFLIGHT_TARGET = 64 * 1024
+#: Registers beside O, S and the packed P: pointers and strides of the cache and the table, loop state, the
+#: two rows' variants, ldmatrix offsets.
+REG_OVERHEAD = 64
+#: Fp32 words of padding per staged output row of the warp merge (bank spread).
+MERGE_PAD = 4
+#: Blocks of the combine kernel: a warp per output row.
+COMBINE_THREADS = 128
+
+
+def smem_layout(spec: AttentionSpec, t: DecodeTiling) -> SmemRegions:
+    """The Q tile, the K/V stages (which the warp merge reuses: fp32 rows of every warp), the merge statistics."""
+    e = dtype_trait(spec.dtype).size
+    stages = t.stages * 2 * t.tile_keys * spec.head_dim * e
+    merge = t.num_warps * BLOCK_M * (spec.head_dim + MERGE_PAD) * 4
+    return SmemRegions.stack([("Q", BLOCK_M * spec.head_dim * e), ("Stages", max(stages, merge)),
+                              ("Stats", 2 * t.num_warps * BLOCK_M * 4)])
+
+
+def register_estimate(spec: AttentionSpec, t: DecodeTiling, info: ArchInfo) -> int:
+    """O (16 x d fp32 over 32 lanes), S and its packed P (16 x warp_keys), the overhead and the arch's reserve."""
+    return spec.head_dim // 2 + t.warp_keys // 2 * 3 // 2 + REG_OVERHEAD + info.extra_registers
+
+
+def evaluate(spec: AttentionSpec, info: ArchInfo, t: DecodeTiling) -> DecodeCandidate:
+    smem = smem_layout(spec, t).total_bytes
+    regs = register_estimate(spec, t, info)
+    stage = 2 * t.tile_keys * spec.head_dim * dtype_trait(spec.dtype).size
+
+    def reject(reason: str) -> DecodeCandidate:
+        return DecodeCandidate(tiling=t, smem_bytes=smem, regs_estimate=regs, fits=False, reason=reason)
+
+    if smem > info.smem_per_block:
+        return reject(f"{t.stages} stages of {t.tile_keys}-key K/V tiles need {smem} B of shared memory; "
+                      f"{info.arch.value} allows {info.smem_per_block} B per block")
+    if regs > info.max_regs_per_thread:
+        return reject(f"needs ~{regs} registers per thread; at most {info.max_regs_per_thread}")
+    threads = t.num_warps * 32
+    blocks = min(info.smem_per_sm // (smem + info.smem_reserved_per_block), info.regs_per_sm // (regs * threads),
+                 info.max_threads_per_sm // threads)
+    if blocks == 0:
+        return reject("no block of this size can be resident on one SM")
+    inflight = blocks * (t.stages - 1) * stage
+    return DecodeCandidate(tiling=t, smem_bytes=smem, regs_estimate=regs, blocks_per_sm=blocks,
+                           inflight_bytes=inflight, fits=True,
+                           reason=f"{blocks} blocks/SM keep {inflight // 1024} KB of K/V in flight")
+
+
+def rank_key(c: DecodeCandidate) -> tuple[int, int, int, int]:
+    """Enough bytes in flight first (up to INFLIGHT_TARGET), then more resident blocks (a block waiting at its
+    barrier leaves the others streaming), then smaller tiles (finer splits), then less shared memory."""
+    return (-min(c.inflight_bytes, INFLIGHT_TARGET), -c.blocks_per_sm, c.tiling.tile_keys, c.smem_bytes)
+
+
+def decode_spec(spec: AttentionSpec) -> AttentionSpec:
+    """The spec a decode kernel is built from: per-entry key lengths (the cache's used keys) always."""
+    return spec.with_seqlens(SeqlensKind.varlen)
+
+
+class Sm80Decode(DecodeFamily):
+    name = "sm80_decode"
+    path = "mma.sync + cp.async, split-KV, GQA rows packed"
+    template = "attn_decode.cu.j2"
+
+    def coverage(self) -> Coverage:
+        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
+                        masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
+                        pipelines=("splitkv",),
+                        notes=f"KV-cache calls with at most {MAX_DECODE_QUERY} queries per entry; contiguous or "
+                              f"paged caches")
+
+    def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
+        return self.trait_refusal(spec)
+
+    def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None) -> DecodePlan:
+        spec = decode_spec(spec)
+        cands = [evaluate(spec, info, DecodeTiling(warp_keys=wk, num_warps=DECODE_WARPS, stages=st))
+                 for wk, st in itertools.product(WARP_KEYS, STAGES)]
+        fitting = sorted((c for c in cands if c.fits), key=rank_key)
+        if not fitting:
+            raise PlanError(f"no decode tiling of spec '{spec.name}' fits {info.arch.value}: "
+                            + "; ".join(f"{c.tiling.tile_keys} keys x {c.tiling.stages}: {c.reason}" for c in cands))
+        best = fitting[0]
+        t = best.tiling
+        reason = (f"{best.reason} (target {INFLIGHT_TARGET // 1024} KB), the most resident blocks and then the "
+                  f"smallest tile among those that reach it")
+        return DecodePlan(spec=spec, arch=info.arch, family=self.name, kernel_name=kernel_name(spec, info.arch),
+                          tiling=t, threads=t.num_warps * 32, smem=smem_layout(spec, t),
+                          min_blocks_per_sm=best.blocks_per_sm, blocks_per_sm=best.blocks_per_sm,
+                          num_sms=info.num_sms_hint, reason=reason, candidates=tuple(cands))
+
+    def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
+               num_sms: int | None = None) -> SplitChoice:
+        rows = heads // max(1, kv_heads) * seqlen_q
+        return choose_splits(batch=batch, kv_heads=kv_heads, row_blocks=-(-rows // BLOCK_M), keys=keys,
+                             tile_keys=plan.tiling.tile_keys, num_sms=num_sms or plan.num_sms,
+                             blocks_per_sm=plan.blocks_per_sm)
+
+    def plan_line(self, plan: DecodePlan) -> str:
+        t = plan.tiling
+        return (f"splitkv rows={BLOCK_M} tile_keys={t.tile_keys} warps={t.num_warps} warp_keys={t.warp_keys} "
+                f"stages={t.stages} smem={plan.smem_bytes}B blocks/SM={plan.blocks_per_sm}")
+
+    def explain_lines(self, plan: DecodePlan) -> list[str]:
+        lines = [f"decode ({self.name}, {self.path}): {self.plan_line(plan)}", f"  why: {plan.reason}"]
+        for batch, keys in ((1, 4096), (1, 131072), (8, 32768), (64, 32768)):
+            choice = self.splits(plan, batch=batch, kv_heads=8, heads=32, seqlen_q=1, keys=keys)
+            lines.append(f"  splits at batch {batch}, 32 heads / 8 KV heads, {keys} keys: {choice.splits} "
+                         f"({choice.reason})")
+        return lines
+
+    def context(self, plan: DecodePlan) -> dict[str, object]:
+        from ..codegen.renderer import common_context
+
+        fields = params_with_variant(DECODE_PARAMS, plan.spec)
+        return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
+                "swizzle_chunks": swizzle_chunks(plan.spec.head_dim, dtype_trait(plan.spec.dtype).size),
+                "min_blocks_per_sm": plan.min_blocks_per_sm, "combine_threads": COMBINE_THREADS, "params": fields,
+                "params_layout": layout(fields)}
+
+    def launch(self, plan: DecodePlan, function: Any, stream: int, call: Any) -> None:
+        from ..runtime.driver import launch
+
+        split_entry, combine_entry = plan.entry_names
+        params = call.params(with_variant(DECODE_PARAMS, call.args.fields))
+        rows = call.heads // call.kv_heads * call.seqlen_q
+        grid = (-(-rows // BLOCK_M), call.num_splits, call.batch * call.kv_heads)
+        launch(function(split_entry, plan.smem_bytes), grid, plan.threads, stream, params)
+        if call.num_splits > 1:
+            warps = COMBINE_THREADS // 32
+            total = call.batch * call.heads * call.seqlen_q
+            launch(function(combine_entry, 0), (-(-total // warps), 1, 1), COMBINE_THREADS, stream, params)
+
+
+def kernel_name(spec: AttentionSpec, arch: Arch) -> str:
+    """attn_decode_<variant>_hd<d>_<dtype>_<arch>_splitkv."""
+    return f"attn_decode_{variant_of(spec).name_part}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_splitkv"
+

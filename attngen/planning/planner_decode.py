@@ -1,0 +1,75 @@
+"""Plan the decode kernels (short queries over a KV cache): the loop over the decode kernel families.
+
+`plan_decode` asks the registry which decode families serve the spec on the arch (`families.serving`) and lets
+the first plan. A decode plan fixes the tiles; the number of KV splits is chosen per call from the call's shape
+(planning.splits.choose_splits), so the family also answers `splits` for a shape.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+from .. import families
+from ..errors import PlanError
+from ..families.base import Direction, KernelFamily
+from ..spec.model import Arch, AttentionSpec
+from .archs import arch_info
+from .ir import DecodePlan
+
+if TYPE_CHECKING:
+    from ..toolchain.artifacts import KernelSource
+    from .splits import SplitChoice
+
+#: The longest query (per sequence) a decode kernel serves: speculative decoding's drafts. Longer queries run
+#: the forward kernels.
+MAX_DECODE_QUERY = 16
+
+
+class DecodeFamily(KernelFamily):
+    """A decode family: its plan of one spec on one arch, the split choice of a call, its source (one cubin of
+    the split and combine kernels) and their launches."""
+
+    direction: ClassVar[Direction] = Direction.decode
+    template: ClassVar[str]
+
+    def render(self, plan: Any) -> KernelSource:
+        from ..codegen.renderer import render_source
+
+        return render_source(plan, self.template, self.context(plan), plan.entry_names)
+
+    @abstractmethod
+    def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
+               num_sms: int | None = None) -> SplitChoice:
+        """The KV splits a call of this shape runs on a GPU of `num_sms` SMs (default: the arch's flagship),
+        and why."""
+
+    @abstractmethod
+    def explain_lines(self, plan: DecodePlan) -> list[str]:
+        """What `explain` prints about the plan: tiles, budget, the split rule with examples."""
+
+    @abstractmethod
+    def launch(self, plan: DecodePlan, function: Any, stream: int, call: Any) -> None:
+        """Run the split kernel (and, with more than one split, the combine kernel) of `call`
+        (a runtime.decode.DecodeCall) on `stream`; `function(entry, smem)` loads an entry point."""
+
+
+def decode_families() -> list[DecodeFamily]:
+    return [cast(DecodeFamily, f) for f in families.registry() if f.direction is Direction.decode]
+
+
+def decode_family(name: str) -> DecodeFamily:
+    family = families.get(name)
+    assert isinstance(family, DecodeFamily), f"{name} is not a decode family"
+    return family
+
+
+def plan_decode(spec: AttentionSpec, arch: Arch | str) -> DecodePlan:
+    """The decode plan of `spec` on `arch`: the first serving decode family's; PlanError when none serves."""
+    arch = Arch(arch)
+    serving, refused = families.serving(spec, arch, Direction.decode)
+    if not serving:
+        raise PlanError(f"no decode kernel family serves spec '{spec.name}' on {arch.value}: "
+                        + "; ".join(f"{n}: {why}" for n, why in refused.items())
+                        + ". Remedy: KV-cache calls of this spec run the forward kernels")
+    return cast(DecodePlan, serving[0].plan(spec, arch_info(arch)))

@@ -1,0 +1,133 @@
+"""GPU tests of the split-KV decode kernels (attngen/families/sm80_decode.py): short queries (1 to 16 rows) over
+a KV cache, contiguous and paged, every mask, score mod and sink of the variant language, GQA groups packed into
+one tile, one split and many, against the float64 reference (attngen.reference.cache).
+
+Run on a machine with a CUDA device: `python -m pytest -m gpu tests/test_gpu_decode.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: the GPU tests run on a machine with one", allow_module_level=True)
+
+import attngen  # noqa: E402
+from attngen.spec.model import AttentionSpec  # noqa: E402
+
+from .gpu_reference import lse_error, relative_error  # noqa: E402
+from .test_gpu_varlen import LSE_TOLERANCE, SPECS, TOLERANCE, _kernel, _runtime  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTNGEN_POISON", "1")
+
+
+def _cache(spec: AttentionSpec, batch: int, capacity: int, kv_heads: int, gen: torch.Generator) -> tuple[Any, Any]:
+    shape = (batch, capacity, kv_heads, spec.head_dim)
+    dtype = _DTYPES[spec.dtype.value]
+    return (torch.randn(shape, device="cuda", dtype=dtype, generator=gen),
+            torch.randn(shape, device="cuda", dtype=dtype, generator=gen))
+
+
+def _paged(kc: Any, vc: Any, page: int, gen: torch.Generator) -> tuple[Any, Any, Any]:
+    """The cache as a shuffled pool of `page`-row blocks and its block table."""
+    batch, capacity, kv_heads, d = kc.shape
+    blocks = capacity // page
+    table = torch.randperm(batch * blocks, device="cuda", generator=gen).to(torch.int32).view(batch, blocks)
+    pool_k = torch.empty(batch * blocks, page, kv_heads, d, device="cuda", dtype=kc.dtype)
+    pool_v = torch.empty_like(pool_k)
+    pool_k[table.long()] = kc.view(batch, blocks, page, kv_heads, d)
+    pool_v[table.long()] = vc.view(batch, blocks, page, kv_heads, d)
+    return pool_k, pool_v, table
+
+
+def _check(spec: AttentionSpec, q: Any, kc: Any, vc: Any, used: Any, out: Any, lse: Any, extra: dict[str, Any]) -> None:
+    ref, ref_lse = attngen.reference.cache(spec, q, kc, vc, used, **extra)
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    assert relative_error(out, torch.from_numpy(ref).cuda()) < TOLERANCE[spec.dtype]
+    assert lse_error(lse, torch.from_numpy(ref_lse).cuda()) < LSE_TOLERANCE
+
+
+@pytest.mark.parametrize("splits", [0, 1, 5])
+@pytest.mark.parametrize("seqlen_q", [1, 3, 16])
+@pytest.mark.parametrize("config", SPECS, ids=lambda c: c.get("name") or f"{c['mask']}_{c['head_dim']}")
+def test_decode_matches_reference(config: dict[str, Any], seqlen_q: int, splits: int) -> None:
+    """Entries of no key, one, a partial tile and a long cache; 8 query heads over 2 KV heads (16 x seqlen_q
+    packed rows: one block at seqlen_q 1, several at 3 and 16); auto, one and five splits."""
+    spec = AttentionSpec(**config)
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(seqlen_q * 10 + splits)
+    batch, heads, kv_heads, capacity = 4, 8, 2, 2048
+    kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+    q = torch.randn(batch, seqlen_q, heads, spec.head_dim, device="cuda", dtype=kc.dtype, generator=gen)
+    used = torch.tensor([seqlen_q - 1 if seqlen_q > 1 else 0, 1 + seqlen_q, 77, capacity - 3], dtype=torch.int32,
+                        device="cuda")
+    extra = {n: t.detach() for n, t in _runtime(spec, heads, gen).items()}
+    out, lse = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, num_splits=splits, return_lse=True,
+                                   split_kv=True, **extra)
+    _check(spec, q, kc, vc, used, out, lse, extra)
+
+
+@pytest.mark.parametrize("group", [1, 8])
+def test_decode_group_sizes(group: int) -> None:
+    """MHA (a block holds 16 query positions of one head) and a group of 8 with 16 queries (128 packed rows,
+    eight blocks per KV head)."""
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(group)
+    batch, kv_heads, seqlen_q, capacity = 2, 2, 16, 4096
+    kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+    q = torch.randn(batch, seqlen_q, kv_heads * group, 128, device="cuda", dtype=kc.dtype, generator=gen)
+    used = torch.tensor([4000, 129], dtype=torch.int32, device="cuda")
+    out, lse = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, return_lse=True)
+    _check(spec, q, kc, vc, used, out, lse, {})
+
+
+@pytest.mark.parametrize("page", [16, 48, 256])
+@pytest.mark.parametrize("config", [SPECS[0], SPECS[3], SPECS[7]], ids=lambda c: c.get("name") or c["mask"])
+def test_decode_paged_equals_contiguous(config: dict[str, Any], page: int) -> None:
+    """The paged pool is read in place (no gather) and gives the contiguous cache's bits, new keys appended."""
+    spec = AttentionSpec(**config)
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(page)
+    batch, heads, kv_heads, seqlen_q, capacity = 3, 8, 2, 2, 48 * 64
+    kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+    q = torch.randn(batch, seqlen_q, heads, spec.head_dim, device="cuda", dtype=kc.dtype, generator=gen)
+    k_new = torch.randn(batch, seqlen_q, kv_heads, spec.head_dim, device="cuda", dtype=kc.dtype, generator=gen)
+    v_new = torch.randn_like(k_new)
+    used = torch.tensor([5, 1500, capacity - seqlen_q], dtype=torch.int32, device="cuda")
+    extra = {n: t.detach() for n, t in _runtime(spec, heads, gen).items()}
+    pool_k, pool_v, table = _paged(kc, vc, page, gen)
+    paged = kernel.with_kvcache(q, pool_k, pool_v, cache_seqlens=used, k_new=k_new, v_new=v_new, block_table=table,
+                                **extra)
+    dense, lse = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, k_new=k_new, v_new=v_new, return_lse=True,
+                                     **extra)
+    assert torch.equal(paged, dense)
+    _check(spec, q, kc, vc, used + seqlen_q, dense, lse, extra)
+
+
+def test_decode_arguments_name_the_problem() -> None:
+    spec = AttentionSpec(head_dim=64, dtype="fp16", mask="causal")
+    kernel = _kernel(spec)
+    cache = torch.randn(2, 64, 2, 64, device="cuda", dtype=torch.float16)
+    q = torch.randn(2, 17, 2, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="split_kv=True: the decode kernels take at most 16 queries"):
+        kernel.with_kvcache(q, cache, cache, cache_seqlens=10, split_kv=True)
+    with pytest.raises(ValueError, match="num_splits must be an int from 0"):
+        kernel.with_kvcache(q[:, :1], cache, cache, cache_seqlens=10, num_splits=1000)
+    with pytest.raises(ValueError, match="num_splits applies to the split-KV decode kernels"):
+        kernel.with_kvcache(q, cache, cache, cache_seqlens=10, num_splits=2)
+    # The forward kernels and the decode kernels agree on one call.
+    one = q[:, :4].contiguous()
+    fwd = kernel.with_kvcache(one, cache, cache, cache_seqlens=40, split_kv=False)
+    dec = kernel.with_kvcache(one, cache, cache, cache_seqlens=40, split_kv=True, num_splits=3)
+    assert relative_error(dec, fwd) < 4e-3
