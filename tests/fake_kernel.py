@@ -19,6 +19,8 @@ from attngen.compat.options import KernelOptions, spec_for
 from attngen.features.variant import variant_of
 
 CALLS: list[str] = []
+#: The num_splits each with_kvcache call passed (the compat layer forwards flash_attn's).
+KVCACHE_SPLITS: list[int] = []
 
 
 class FakeKernel:
@@ -59,8 +61,10 @@ class FakeKernel:
 
     def with_kvcache(self, q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, k_new: Any = None,
                      v_new: Any = None, block_table: Any = None, softmax_scale: float | None = None,
-                     return_lse: bool = False, **variant_args: Any) -> Any:
+                     return_lse: bool = False, split_kv: bool | None = None, num_splits: int = 0,
+                     **variant_args: Any) -> Any:
         CALLS.append("kvcache")
+        KVCACHE_SPLITS.append(num_splits)
         batch, new = q.shape[0], 0 if k_new is None else k_new.shape[1]
         lengths = [cache_seqlens] * batch if isinstance(cache_seqlens, int) else cache_seqlens.tolist()
         outs, lses = [], []

@@ -251,6 +251,7 @@ def test_kvcache_int_lengths_and_whole_cache(fake: None) -> None:
     close(whole, flash_reference(q, k_cache, v_cache, causal=True)[0])
     four = attngen.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=4, num_splits=3)
     close(four, flash_reference(q, k_cache[:, :4], v_cache[:, :4])[0])
+    assert fake_kernel.KVCACHE_SPLITS[-1] == 3  # a short query's num_splits reaches the decode kernels
 
 
 @pytest.mark.parametrize(("kw", "needle"), [

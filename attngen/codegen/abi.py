@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, wraps
 from typing import Any
 
 
@@ -106,7 +106,25 @@ BWD_PARAMS: tuple[Field, ...] = (
 )
 
 
-@lru_cache(maxsize=256)
+def _by_identity(fn: Any) -> Any:
+    """`fn` of field tuples, remembered by the identity of its arguments first (a launch asks on every call, and
+    hashing a tuple of ~40 Fields costs tens of microseconds), then by their value."""
+    valued = lru_cache(maxsize=256)(fn)
+    seen: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+
+    @wraps(fn)
+    def remembered(*args: Any) -> Any:
+        hit = seen.get(tuple(map(id, args)))
+        if hit is not None and all(a is b for a, b in zip(hit[0], args, strict=True)):
+            return hit[1]
+        result = valued(*args)
+        seen[tuple(map(id, args))] = (args, result)  # the arguments stay alive: their ids are not reused
+        return result
+
+    return remembered
+
+
+@_by_identity
 def with_variant(fields: tuple[Field, ...], extra: tuple[Field, ...]) -> tuple[Field, ...]:
     """`fields` with a variant's runtime fields (attngen.features.variant) appended, padded again as the C++
     struct is when it holds a 64-byte aligned tensor map; `fields` itself without any."""
@@ -117,7 +135,7 @@ def with_variant(fields: tuple[Field, ...], extra: tuple[Field, ...]) -> tuple[F
     return _padded(grown, TENSOR_MAP_ALIGN) if any(f.ctype == "TensorMap" for f in base) else grown
 
 
-@lru_cache(maxsize=256)
+@_by_identity
 def struct_of(fields: tuple[Field, ...]) -> type[ctypes.Structure]:
     """The ctypes twin of `fields`, one class per field list."""
     return ctypes_struct(fields)

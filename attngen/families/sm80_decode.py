@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from ..codegen.abi import DECODE_PARAMS, layout, with_variant
@@ -134,9 +135,9 @@ class Sm80Decode(DecodeFamily):
     def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
                num_sms: int | None = None) -> SplitChoice:
         rows = heads // max(1, kv_heads) * seqlen_q
-        return choose_splits(batch=batch, kv_heads=kv_heads, row_blocks=-(-rows // BLOCK_M), keys=keys,
-                             tile_keys=plan.tiling.tile_keys, num_sms=num_sms or plan.num_sms,
-                             blocks_per_sm=plan.blocks_per_sm)
+        return _splits(batch=batch, kv_heads=kv_heads, row_blocks=-(-rows // BLOCK_M), keys=keys,
+                       tile_keys=plan.tiling.tile_keys, num_sms=num_sms or plan.num_sms,
+                       blocks_per_sm=plan.blocks_per_sm)
 
     def plan_line(self, plan: DecodePlan) -> str:
         t = plan.tiling
@@ -172,6 +173,10 @@ class Sm80Decode(DecodeFamily):
             warps = COMBINE_THREADS // 32
             total = call.batch * call.heads * call.seqlen_q
             launch(function(combine_entry, 0), (-(-total // warps), 1, 1), COMBINE_THREADS, stream, params)
+
+
+#: choose_splits, remembered per shape (every decode call asks; a server repeats a few shapes).
+_splits = lru_cache(maxsize=4096)(choose_splits)
 
 
 def kernel_name(spec: AttentionSpec, arch: Arch) -> str:

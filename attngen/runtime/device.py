@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from ..spec.model import Arch
@@ -12,5 +13,14 @@ def current_arch(device: Any = None) -> Arch:
 
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA device is available; pass an arch to attngen.build to compile without one")
-    major, minor = torch.cuda.get_device_capability(device)
+    index = getattr(device, "index", device)
+    return _arch_of(torch.cuda.current_device() if index is None else int(index))
+
+
+@cache
+def _arch_of(index: int) -> Arch:
+    """The arch of device `index` (asked once per device: the launchers ask on every call)."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(index)
     return Arch.from_capability(major, minor)

@@ -73,6 +73,14 @@ def launch(fn: LoadedFunction, grid: tuple[int, int, int], threads: int, stream:
     """Launch with one by-value struct parameter on the given CUstream handle."""
     driver = _driver()
     arg_ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    check_result(driver.cuLaunchKernel(fn.function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes,
-                                 driver.CUstream(stream), ctypes.addressof(arg_ptrs), 0),
-           f"launching {fn.name}")
+    handle = _STREAMS.get(stream)
+    if handle is None:
+        handle = _STREAMS[stream] = driver.CUstream(stream)
+    result = driver.cuLaunchKernel(fn.function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes, handle,
+                                   ctypes.addressof(arg_ptrs), 0)
+    if result[0] != driver.CUresult.CUDA_SUCCESS:
+        check_result(result, f"launching {fn.name}")
+
+
+#: The driver's handle of each stream a launch used (made once: a launch happens on every call).
+_STREAMS: dict[int, object] = {}

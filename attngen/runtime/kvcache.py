@@ -72,7 +72,7 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
     with torch.no_grad():
         if new:
             _append(k_cache, v_cache, k_new, v_new, lengths, block_table, shape)
-        used = (lengths + new).to(torch.int32)
+        used = (lengths + new).to(torch.int32) if new or lengths.dtype != torch.int32 else lengths
         if decode:
             sizes = {"batch": q.shape[0], "heads": q.shape[2], "kv_heads": k_cache.shape[2], "seqlen_q": q.shape[1],
                      "seqlen_k": shape.capacity}

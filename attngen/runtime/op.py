@@ -232,5 +232,12 @@ def decode_fwd(q: "torch.Tensor", k_cache: "torch.Tensor", v_cache: "torch.Tenso
     import torch
 
     ensure_registered()
-    return torch.ops.attngen.decode_fwd(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, kernel,
-                                        list(extras or []), list(scalars or []), num_splits)
+    extras, scalars = list(extras or []), list(scalars or [])
+    if not torch.compiler.is_compiling():
+        # Eager: the launcher directly (the op's dispatch costs tens of microseconds, a decode step's kernels
+        # about as much); traced graphs hold the op.
+        launcher = _DECODE_LAUNCHERS[kernel]
+        q, k_cache, v_cache = (_usable(t) for t in (q, k_cache, v_cache))
+        return launcher(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, extras, scalars, num_splits)
+    return torch.ops.attngen.decode_fwd(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, kernel, extras,
+                                        scalars, num_splits)

@@ -949,19 +949,34 @@ __device__ __forceinline__ float score_unit(float scale_log2) {
   return V::kScoreMod ? 1.f : scale_log2;
 }
 
+// The rows a warp's fragments hold, as the softmax asks for them: row(t, h, lane) is the query index of the lane's
+// row h (lane / 4 + 8 h) of 16-row tile t, var(t, h) the variant that row is under. BlockRows: a block of
+// consecutive query rows of one head (the forward kernels); the decode kernel packs a GQA group's heads.
+template <class V>
+struct BlockRows {
+  using Var = V;
+  const V& v;
+  int row_base;   // the query index of the warp's first row
+  __device__ __forceinline__ const V& var(int, int) const { return v; }
+  __device__ __forceinline__ int row(int t, int h, int lane) const { return row_base + t * 16 + lane / 4 + h * 8; }
+};
+
 // Online softmax over one block of scores: score mod, mask (boundary blocks only), new row max,
 // rescale of the running sum, probabilities exp2(s * unit - max * unit). The output's rescale factor
-// goes to `alpha`: the caller applies it (rescale_o) once no matrix op writes O.
-template <bool kMask, class V>
-__device__ __forceinline__ void softmax_scores(Frag& f, const V& var, float scale_log2, int row_base, int col_base,
-                                               float (&alpha)[kWarpMTiles][2]) {
+// goes to `alpha`: the caller applies it (rescale_o) once no matrix op writes O. `col_base`: the key index
+// of the lane's first column.
+template <bool kMask, class Rows>
+__device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float scale_log2, int col_base,
+                                             float (&alpha)[kWarpMTiles][2]) {
+  using V = typename Rows::Var;
   const int lane = threadIdx.x % 32;
   const float unit = score_unit<V>(scale_log2);
 #pragma unroll
   for (int t = 0; t < kWarpMTiles; ++t) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = row_base + t * 16 + lane / 4 + h * 8;
+      const int row = rows.row(t, h, lane);
+      const V& var = rows.var(t, h);
       float mx = f.row_max[t][h];
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
@@ -998,6 +1013,13 @@ __device__ __forceinline__ void softmax_scores(Frag& f, const V& var, float scal
       f.row_sum[t][h] = f.row_sum[t][h] * alpha[t][h] + sum;
     }
   }
+}
+
+// softmax_rows over consecutive query rows of one head, the warp's first at `row_base`.
+template <bool kMask, class V>
+__device__ __forceinline__ void softmax_scores(Frag& f, const V& var, float scale_log2, int row_base, int col_base,
+                                               float (&alpha)[kWarpMTiles][2]) {
+  softmax_rows<kMask>(f, BlockRows<V>{var, row_base}, scale_log2, col_base, alpha);
 }
 
 __device__ __forceinline__ void rescale_o(Frag& f, const float (&alpha)[kWarpMTiles][2]) {
