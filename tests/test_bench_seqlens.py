@@ -282,3 +282,20 @@ def test_cli_suites_without_gpu() -> None:
     for suite in ("--decode", "--varlen"):
         result = CliRunner().invoke(app, ["bench", suite])
         assert result.exit_code == 1 and "needs a CUDA GPU" in result.output, result.output
+
+
+def test_decode_report_shows_graphed_times() -> None:
+    """Rows with CUDA-graph times get a second table and a 'graphed' line; rows without keep the eager report."""
+    results = decode_results()
+    row = results["rows"][0]
+    for name, us in (("attngen", 30.0), ("attngen_paged", 31.0), ("flash", 40.0), ("cudnn", 20.0)):
+        ms = us / 1e3
+        rate = seqlens.gbps(row["kv_bytes"], ms) or 0.0
+        row["impls"][name].update(graph_ms=ms, graph_gbps=rate, graph_fraction_of_copy=rate / 3000.0)
+    row["graph_ratios"] = seqlens.decode_ratios({n: e.get("graph_ms") for n, e in row["impls"].items()},
+                                                ("flash", "cudnn", "fa4"))
+    line = seqlens_report.decode_line(row)
+    assert "graphed: attngen 30.0 us" in line and "best peer (cudnn) / attngen x0.67" in line
+    assert "graphed" not in seqlens_report.decode_line(results["rows"][1])
+    md = seqlens_report.decode_markdown(results)
+    assert "In CUDA graphs" in md and "| 128 | 1 | 32k | 30.0 (" in md and "| cudnn | 0.67 | 1.03 |" in md

@@ -105,8 +105,13 @@ def run_point(point: DecodePoint, options: DecodeOptions, kernel: Any, copy_gbps
         if entry.get("ms"):
             entry["gbps"] = seqlens.gbps(nbytes, entry["ms"])
             entry["fraction_of_copy"] = entry["gbps"] / copy_gbps
+        if entry.get("graph_ms"):
+            entry["graph_gbps"] = seqlens.gbps(nbytes, entry["graph_ms"])
+            entry["graph_fraction_of_copy"] = entry["graph_gbps"] / copy_gbps
         row["impls"][name] = entry
     row["ratios"] = seqlens.decode_ratios({n: e.get("ms") for n, e in row["impls"].items()}, options.peers)
+    row["graph_ratios"] = seqlens.decode_ratios({n: e.get("graph_ms") for n, e in row["impls"].items()},
+                                                options.peers)
     return row
 
 
@@ -138,11 +143,20 @@ def measure_one(make: Callable[[], tuple[Fn, dict[str, Any]]], ref: Any, dtype: 
                     "error": f"relative error {err:.2e} over {TOLERANCE[dtype]:g}; not timed"}
         with seqlens.trusted_seqlens() if trusted else contextlib.nullcontext():
             ms = measure.time_ms(fn)
+            graph = _graph_ms(fn)
     except Unavailable as exc:
         return {"status": "unavailable", "error": str(exc)}
     except Exception as exc:  # a peer without a kernel for the shape is recorded, not fatal
         return {"status": "error", "error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}
-    return {"status": "ok", "ms": ms, "rel_err": err, **info}
+    return {"status": "ok", "ms": ms, "rel_err": err, **graph, **info}
+
+
+def _graph_ms(fn: Fn) -> dict[str, Any]:
+    """{"graph_ms": ...} of fn captured in a CUDA graph, or why it could not be captured."""
+    try:
+        return {"graph_ms": measure.graph_ms(fn)}
+    except Exception as exc:  # an implementation that cannot be captured keeps its eager time
+        return {"graph_error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}
 
 
 def _attngen(kernel: Any, q: Any, k: Any, v: Any, **kw: Any) -> tuple[Fn, dict[str, Any]]:

@@ -92,6 +92,23 @@ def time_ms(fn: Callable[[], Any]) -> float:
     return float(do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median"))
 
 
+def graph_ms(fn: Callable[[], Any]) -> float:
+    """Median time of fn() captured once in a CUDA graph and replayed (time_ms of the replay): the GPU's time
+    without the host's launch cost, as a serving loop that captures its decode step sees it."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_ms(graph.replay)
+
+
 def _events_median_ms(fn: Callable[[], Any]) -> float:
     import torch
 

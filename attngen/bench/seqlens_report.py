@@ -37,9 +37,15 @@ def decode_line(row: Mapping[str, Any]) -> str:
         parts.append(f"{name} {e['ms']:.3f} ms {e['gbps']:.0f} GB/s ({e['fraction_of_copy']:.2f} of copy)"
                      if e["status"] == "ok" else f"{name} {e['status'].upper()}")
     r = row["ratios"]
-    return (f"decode hd{row['head_dim']} b{row['batch']} cache {_k(row['cache'])}: {'; '.join(parts)}; "
+    line = (f"decode hd{row['head_dim']} b{row['batch']} cache {_k(row['cache'])}: {'; '.join(parts)}; "
             f"best peer ({r['best_peer'] or '-'}) / attngen x{_f(r['best_peer_over_attngen'], '.2f')}, "
             f"paged / contiguous x{_f(r['paged_over_contiguous'], '.2f')}")
+    g = row.get("graph_ratios")
+    if not g:
+        return line
+    graphed = "; ".join(f"{n} {e['graph_ms'] * 1e3:.1f} us" for n, e in row["impls"].items() if e.get("graph_ms"))
+    return (f"{line}\n  graphed: {graphed}; best peer ({g['best_peer'] or '-'}) / attngen "
+            f"x{_f(g['best_peer_over_attngen'], '.2f')}, paged / contiguous x{_f(g['paged_over_contiguous'], '.2f')}")
 
 
 def decode_markdown(results: Mapping[str, Any]) -> str:
@@ -61,11 +67,30 @@ def decode_markdown(results: Mapping[str, Any]) -> str:
         out.append(f"| {r['head_dim']} | {r['batch']} | {_k(r['cache'])} | {' | '.join(cells)} | "
                    f"{q['best_peer'] or '-'} | {_f(q['best_peer_over_attngen'], '.2f')} | "
                    f"{_f(q['paged_over_contiguous'], '.2f')} |")
+    out += _graph_table(results["rows"], names)
     out += _problems(results["rows"], lambda r: f"hd{r['head_dim']} b{r['batch']} cache {_k(r['cache'])}")
     if results.get("skipped"):
         out += ["", "Skipped (memory limit):", ""]
         out += [f"- hd{p['head_dim']} b{p['batch']} cache {_k(p['cache'])}: {p['reason']}" for p in results["skipped"]]
     return "\n".join(out) + "\n"
+
+
+def _graph_table(rows: Any, names: list[str]) -> list[str]:
+    """The same calls captured in CUDA graphs and replayed: the GPU's time without the host's launch cost."""
+    if not any(r.get("graph_ratios") for r in rows):
+        return []
+    out = ["", "In CUDA graphs (each call captured once and replayed: no host cost, as a serving loop that captures "
+           "its decode step sees it), us and fraction of the copy bandwidth:", "",
+           "| hd | batch | cache | " + " | ".join(names) + " | best peer | x best peer | paged / contiguous |",
+           "|---" * (6 + len(names)) + "|"]
+    for r in rows:
+        g = r.get("graph_ratios") or {}
+        cells = [f"{e['graph_ms'] * 1e3:.1f} ({e['graph_fraction_of_copy']:.2f})" if (e := r["impls"].get(n, {}))
+                 .get("graph_ms") else "-" for n in names]
+        out.append(f"| {r['head_dim']} | {r['batch']} | {_k(r['cache'])} | {' | '.join(cells)} | "
+                   f"{g.get('best_peer') or '-'} | {_f(g.get('best_peer_over_attngen'), '.2f')} | "
+                   f"{_f(g.get('paged_over_contiguous'), '.2f')} |")
+    return out
 
 
 def _decode_cell(e: Mapping[str, Any] | None) -> str:
