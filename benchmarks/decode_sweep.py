@@ -19,7 +19,7 @@ from attngen.families import sm80_decode
 from attngen.spec.model import AttentionSpec
 
 SHAPES = ((1, 4096), (1, 32768), (1, 131072), (8, 4096), (64, 4096), (64, 32768))
-TILINGS = ((16, 2), (16, 3), (16, 4), (32, 2), (32, 3), (64, 2))
+TILINGS = ((16, 2), (16, 3), (16, 4), (32, 2), (32, 3))
 SPLITS = (0, 8, 16, 32, 64, 128)
 
 
@@ -53,8 +53,8 @@ def main() -> None:
                        "splits": splits or "auto", "us": round(us, 1), "gbps": round(gbps)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    with open(out, "w") as f:
-        json.dump(rows, f, indent=1)
+                with open(out, "w") as f:
+                    json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":
