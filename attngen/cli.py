@@ -302,9 +302,10 @@ def explain(
         kernel_plan = plan(spec, target)
         families = considered(kernel_plan)
         backward = _backward_summary(spec, target)
+        decode = _decode_summary(spec, target)
         tiles = _tile_shares(spec, kernel_plan, seqlen) if seqlen else None
     if as_json:
-        out = {**kernel_plan.summary(), "families": dict(families), "backward": backward}
+        out = {**kernel_plan.summary(), "families": dict(families), "backward": backward, "decode": decode}
         if tiles is not None:
             out["tiles"] = tiles
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
@@ -313,6 +314,7 @@ def explain(
 
     print_explain(_console(), kernel_plan, families)
     _print_backward(backward)
+    _print_decode(decode)
     if tiles is not None:
         shares = ", ".join(f"{tiles[k]:.1%} {k}" for k in ("empty", "partial", "full"))
         _console().print(f"tiles at seqlen {seqlen} ({tiles['block_m']}x{tiles['block_n']}): {shares}"
@@ -343,6 +345,32 @@ def _backward_summary(spec: AttentionSpec, arch: Arch) -> dict[str, object]:
         return {"unavailable": str(exc)}
     return {**bwd.summary(), "families": dict(considered_bwd(spec, arch)),
             "kernels": backward_family(bwd.family).explain_lines(bwd)}
+
+
+def _decode_summary(spec: AttentionSpec, arch: Arch) -> dict[str, object]:
+    """The decode plan (KV-cache calls of at most 16 queries) with its family's lines (tiles, why, the split
+    rule at example shapes), or why there is none."""
+    from .errors import PlanError
+    from .planning.planner_decode import decode_family, plan_decode
+
+    try:
+        dec = plan_decode(spec, arch)
+    except PlanError as exc:
+        return {"unavailable": str(exc)}
+    return {**dec.summary(), "lines": decode_family(dec.family).explain_lines(dec)}
+
+
+def _print_decode(decode: dict[str, object]) -> None:
+    from rich.markup import escape
+
+    console = _console()
+    if "unavailable" in decode:
+        console.print(f"decode: [dim]{escape(str(decode['unavailable']))}[/]", soft_wrap=True)
+        return
+    lines = decode["lines"]
+    assert isinstance(lines, list)
+    for line in lines:
+        console.print(escape(str(line)), soft_wrap=True)
 
 
 def _print_backward(backward: dict[str, object]) -> None:

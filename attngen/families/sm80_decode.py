@@ -39,9 +39,11 @@ DECODE_WARPS = 4
 #: Keys of one warp's slice of a tile (the softmax block), and ring depths, the search space.
 WARP_KEYS = (16, 32, 64)
 STAGES = (2, 3, 4, 5)
-#: K/V bytes each SM should keep in flight. Little's law on the H100: 3.0 TB/s x ~1.5 us of loaded DRAM
-#: latency over 132 SMs is ~34 KB; twice that leaves room for the tile a block is computing on.
-INFLIGHT_TARGET = 64 * 1024
+#: K/V bytes each SM should keep in flight. Little's law on the H100 (3.0 TB/s x ~1.5 us of loaded DRAM latency
+#: over 132 SMs) asks ~34 KB; the sweep (benchmarks/results/h100/decode/sweep_1, NOTES.md) measured 64 KB (64-key
+#: tiles, 2 stages, 2-3 blocks/SM) 1-13% slower than 128 KB (128-key tiles, 3 stages, 1 block/SM) at b64 x 4k,
+#: b64 x 32k and b1 x 32k.
+INFLIGHT_TARGET = 128 * 1024
 #: Registers beside O, S and the packed P: pointers and strides of the cache and the table, loop state, the
 #: two rows' variants, ldmatrix offsets.
 REG_OVERHEAD = 64
@@ -89,10 +91,11 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, t: DecodeTiling) -> DecodeCand
                            reason=f"{blocks} blocks/SM keep {inflight // 1024} KB of K/V in flight")
 
 
-def rank_key(c: DecodeCandidate) -> tuple[int, int, int, int]:
-    """Enough bytes in flight first (up to INFLIGHT_TARGET), then more resident blocks (a block waiting at its
-    barrier leaves the others streaming), then smaller tiles (finer splits), then less shared memory."""
-    return (-min(c.inflight_bytes, INFLIGHT_TARGET), -c.blocks_per_sm, c.tiling.tile_keys, c.smem_bytes)
+def rank_key(c: DecodeCandidate) -> tuple[int, int, int]:
+    """Enough bytes in flight first (up to INFLIGHT_TARGET), then larger tiles (one barrier and one softmax
+    rescale per tile: the sweep measured 128-key tiles 1-3% faster than 64-key ones at equal bytes in flight),
+    then less shared memory."""
+    return (-min(c.inflight_bytes, INFLIGHT_TARGET), -c.tiling.tile_keys, c.smem_bytes)
 
 
 def decode_spec(spec: AttentionSpec) -> AttentionSpec:
@@ -125,8 +128,8 @@ class Sm80Decode(DecodeFamily):
                             + "; ".join(f"{c.tiling.tile_keys} keys x {c.tiling.stages}: {c.reason}" for c in cands))
         best = fitting[0]
         t = best.tiling
-        reason = (f"{best.reason} (target {INFLIGHT_TARGET // 1024} KB), the most resident blocks and then the "
-                  f"smallest tile among those that reach it")
+        reason = (f"{best.reason} (target {INFLIGHT_TARGET // 1024} KB), the largest tile among those that reach "
+                  f"it")
         return DecodePlan(spec=spec, arch=info.arch, family=self.name, kernel_name=kernel_name(spec, info.arch),
                           tiling=t, threads=t.num_warps * 32, smem=smem_layout(spec, t),
                           min_blocks_per_sm=best.blocks_per_sm, blocks_per_sm=best.blocks_per_sm,

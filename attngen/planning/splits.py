@@ -4,9 +4,12 @@ A decode block holds 16 packed query rows of one KV head of one entry; with few 
 far fewer blocks than SMs, and each would stream a whole cache alone. Splitting every entry's keys into runs
 that separate blocks read (and a combine kernel merges by their LSE) puts every SM to work. The choice:
 
-- no split when the blocks already fill every SM's resident slots (FULL_WAVE of them);
-- else the fewest splits whose wave efficiency (blocks / (waves x slots)) reaches EFFICIENCY_SHARE of the best
-  any count up to the cap reaches, the cap being MAX_SPLITS and MIN_TILES_PER_SPLIT tiles per split.
+- no split when the blocks already fill FULL_WAVE of the resident slots (SMs x blocks per SM);
+- else as many splits as one wave of the slots holds, at most MAX_SPLITS and one per MIN_TILES_PER_SPLIT tiles.
+
+Measured on the H100 (benchmarks/results/h100/decode/sweep_1, NOTES.md): at batch 1 (8 blocks, 132 slots) 16
+splits beat 8 and 32 at 32k and 128k keys (70 vs 87 and 84 us at 32k), and at 4k keys 8 splits (4 tiles each)
+beat 16; a second wave of splits always lost.
 """
 
 from __future__ import annotations
@@ -16,14 +19,12 @@ from dataclasses import dataclass
 #: Splits at most: the combine kernel's warp reads one LSE per split per lane pass, and past this many the
 #: partial outputs (fp32, splits x rows x head_dim) cost more traffic than the extra parallelism returns.
 MAX_SPLITS = 128
-#: K/V tiles a split keeps at least: a split of one tile leaves its block's cp.async ring empty half the time.
-MIN_TILES_PER_SPLIT = 2
+#: K/V tiles a split keeps at least: a split of few tiles spends more on its start (Q, the first tile's latency)
+#: and its fp32 partial than on streaming (4k keys at batch 1: 8 splits of 4 tiles 22 us, 16 of 2 tiles 24 us).
+MIN_TILES_PER_SPLIT = 4
 #: Share of the resident slots the unsplit blocks must fill to skip splitting (wave tails below it cost more
 #: than the combine kernel's launch and its fp32 partials).
 FULL_WAVE = 0.8
-#: Among split counts, the fewest whose wave efficiency is within this share of the best (fewer splits: less
-#: partial traffic, a lighter combine).
-EFFICIENCY_SHARE = 0.85
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,9 @@ def choose_splits(*, batch: int, kv_heads: int, row_blocks: int, keys: int, tile
     if cap == 1:
         return SplitChoice(1, blocks, slots, f"{tiles} K/V tile(s) of {tile_keys} keys: too few to split "
                                              f"({MIN_TILES_PER_SPLIT} per split at least)")
-    effs = {s: wave_efficiency(blocks * s, slots) for s in range(1, cap + 1)}
-    best = max(effs.values())
-    splits = min(s for s, e in effs.items() if e >= EFFICIENCY_SHARE * best)
+    splits = max(1, min(cap, slots // blocks))
     return SplitChoice(splits, blocks, slots,
                        f"{blocks} blocks for {slots} resident slots ({num_sms} SMs x {blocks_per_sm}): {splits} "
-                       f"splits of ~{-(-tiles // splits)} tiles make {blocks * splits} blocks at "
-                       f"{effs[splits]:.0%} wave efficiency (best up to {cap} splits: {best:.0%})")
+                       f"splits of ~{-(-tiles // splits)} tiles fill one wave with {blocks * splits} blocks "
+                       f"({wave_efficiency(blocks * splits, slots):.0%}; at most {cap} splits of "
+                       f"{MIN_TILES_PER_SPLIT} tiles)")

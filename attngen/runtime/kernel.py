@@ -47,6 +47,7 @@ class AttentionKernel:
         self._twin: AttentionKernel | None = None
         #: The split-KV decode kernels of KV-cache calls with short queries (runtime.decode), made on first use.
         self._decode: Any = None
+        self._decode_serves: dict[Arch, bool] = {}
         from .backward import BackwardKernels
 
         #: The backward kernels, compiled on the first backward through this kernel.
@@ -98,6 +99,21 @@ class AttentionKernel:
                 twin = self.spec.with_seqlens(SeqlensKind.varlen)
                 self._twin = AttentionKernel(twin, {a: build(twin, a) for a in self.arches})
             return self._twin
+
+    def decode_serves(self, device: Any) -> bool:
+        """Whether a decode plan of this spec exists for the GPU of `device` (a budget of 99 KB per block holds
+        no hd192 or hd256 decode tiles: KV-cache calls there run the forward kernels)."""
+        from ..errors import PlanError
+        from ..planning.planner_decode import plan_decode
+
+        arch = current_arch(device)
+        if arch not in self._decode_serves:
+            try:
+                plan_decode(self.spec, arch)
+                self._decode_serves[arch] = True
+            except PlanError:
+                self._decode_serves[arch] = False
+        return self._decode_serves[arch]
 
     def decode_key(self) -> str:
         """The op's key of this kernel's split-KV decode kernels (compiled on the first decode call)."""

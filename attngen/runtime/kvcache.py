@@ -68,7 +68,7 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
     lengths = _lengths(cache_seqlens, q)
     new = _check_new(k_new, v_new, q, k_cache)
     check_used_keys(lengths + new, q.shape[0], shape.capacity, q.device, env.check_seqlens())
-    decode = _use_decode(q, split_kv, num_splits)
+    decode = _use_decode(q, split_kv, num_splits) and (split_kv or kernel.decode_serves(q.device))
     with torch.no_grad():
         if new:
             _append(k_cache, v_cache, k_new, v_new, lengths, block_table, shape)

@@ -1,0 +1,91 @@
+"""The decode family on the CPU: its plan and budget per arch, the split rule, the argument checks of a
+KV-cache call that picks it, and its registry entry (the kernels themselves: tests/test_gpu_decode.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from attngen import families
+from attngen.errors import PlanError
+from attngen.families import sm80_decode
+from attngen.families.base import Direction
+from attngen.planning.archs import arch_info
+from attngen.planning.planner_decode import MAX_DECODE_QUERY, plan_decode
+from attngen.planning.splits import MAX_SPLITS, MIN_TILES_PER_SPLIT, choose_splits
+from attngen.runtime.kvcache import _use_decode
+from attngen.spec.model import HEAD_DIMS, Arch, AttentionSpec
+
+
+def test_registry_has_a_decode_family() -> None:
+    fam = families.get("sm80_decode")
+    assert fam.direction is Direction.decode
+    serving, refused = families.serving(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), Arch.sm90,
+                                        Direction.decode)
+    assert [f.name for f in serving] == ["sm80_decode"] and not refused
+
+
+@pytest.mark.parametrize("arch", list(Arch))
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_every_head_dim_plans_within_the_budget(arch: Arch, head_dim: int) -> None:
+    info = arch_info(arch)
+    spec = AttentionSpec(head_dim=head_dim, dtype="fp16", mask="causal")
+    if head_dim >= 192 and info.smem_per_block < 110_000:
+        # 99 KB per block holds no two stages of 64-key hd192 K/V tiles: KV-cache calls run the forward kernels.
+        with pytest.raises(PlanError, match=f"no decode tiling of spec .* fits {arch.value}: .*shared memory"):
+            plan_decode(spec, arch)
+        return
+    plan = plan_decode(spec, arch)
+    assert plan.smem_bytes <= info.smem_per_block and plan.blocks_per_sm >= 1
+    assert plan.spec.seqlens.value == "varlen"  # the cache's used keys per entry
+    assert plan.kernel_name == f"attn_decode_causal_hd{head_dim}_fp16_{arch.value}_splitkv"
+    assert plan.entry_names == (f"{plan.kernel_name}_split", f"{plan.kernel_name}_combine")
+    # The merge rows of every warp fit in the stages region they reuse.
+    stages = plan.smem.offset("Stats") - plan.smem.offset("Stages")
+    assert stages >= plan.tiling.num_warps * 16 * (head_dim + sm80_decode.MERGE_PAD) * 4
+    rejected = [c for c in plan.candidates if not c.fits]
+    assert all("shared memory" in c.reason or "registers" in c.reason or "resident" in c.reason for c in rejected)
+
+
+def test_hopper_hd128_keeps_128_kb_in_flight_with_128_key_tiles() -> None:
+    plan = plan_decode(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), Arch.sm90)
+    assert (plan.tiling.warp_keys, plan.tiling.stages, plan.blocks_per_sm) == (32, 3, 1)
+    assert "128 KB of K/V in flight" in plan.reason
+    wide = plan_decode(AttentionSpec(head_dim=256, dtype="bf16", mask="causal"), Arch.sm90)
+    assert wide.tiling.tile_keys == 64  # 128-key stages of hd256 do not fit three deep
+
+
+def test_split_rule() -> None:
+    one = {"kv_heads": 8, "row_blocks": 1, "tile_keys": 128, "num_sms": 132, "blocks_per_sm": 1}
+    assert choose_splits(batch=1, keys=32768, **one).splits == 16          # one wave: 8 x 16 = 128 of 132
+    assert choose_splits(batch=1, keys=4096, **one).splits == 4096 // 128 // MIN_TILES_PER_SPLIT
+    assert choose_splits(batch=8, keys=32768, **one).splits == 2
+    full = choose_splits(batch=64, keys=32768, **one)
+    assert full.splits == 1 and "no split" in full.reason
+    tiny = choose_splits(batch=1, keys=256, **one)
+    assert tiny.splits == 1 and "too few to split" in tiny.reason
+    many = choose_splits(batch=1, kv_heads=1, row_blocks=1, keys=1 << 24, tile_keys=64, num_sms=1000,
+                         blocks_per_sm=4)
+    assert many.splits == MAX_SPLITS
+
+
+def test_explain_lines_give_the_rule_at_example_shapes() -> None:
+    plan = plan_decode(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), Arch.sm90)
+    lines = families.get("sm80_decode").explain_lines(plan)  # type: ignore[attr-defined]
+    assert lines[0].startswith("decode (sm80_decode") and "tile_keys=128" in lines[0]
+    assert any("splits at batch 1" in line and "131072 keys: 16" in line for line in lines)
+
+
+def test_kvcache_call_picks_the_decode_kernels_by_query_length() -> None:
+    short, long_ = SimpleNamespace(shape=(2, MAX_DECODE_QUERY, 8, 64)), SimpleNamespace(shape=(2, 17, 8, 64))
+    assert _use_decode(short, None, 0) and not _use_decode(long_, None, 0)
+    assert not _use_decode(short, False, 0) and _use_decode(short, True, 7)
+    with pytest.raises(ValueError, match="split_kv=True: the decode kernels take at most 16"):
+        _use_decode(long_, True, 0)
+    with pytest.raises(ValueError, match="num_splits must be an int from 0"):
+        _use_decode(short, None, MAX_SPLITS + 1)
+    with pytest.raises(ValueError, match="num_splits applies to the split-KV decode kernels"):
+        _use_decode(short, False, 3)
+    with pytest.raises(ValueError, match="split_kv must be None"):
+        _use_decode(short, "yes", 0)
