@@ -134,3 +134,17 @@ def test_catalogue_varlen_twins_compile(arch: Arch) -> None:
     for key in VARLEN_SPILLS_KNOWN:
         if key[1] is arch:
             assert key in spilled, f"{key} no longer spills: take it off VARLEN_SPILLS_KNOWN"
+
+
+@pytest.mark.parametrize("arch", CI_ARCHS, ids=lambda a: a.value)
+def test_catalogue_decode_kernels_compile_with_zero_spills(arch: Arch) -> None:
+    """The split-KV decode kernels (split and combine) of every catalogue spec compile without spills."""
+    from attngen.toolchain.builder import build_decode
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        cubins = list(pool.map(lambda spec: build_decode(spec, arch), CATALOGUE))
+    for spec, cubin in zip(CATALOGUE, cubins, strict=True):
+        names = {res.name for res in cubin.resources}
+        assert names == set(cubin.source.plan.entry_names), f"{spec.name}: {names}"
+        for res in cubin.resources:
+            assert not (res.spill_stores or res.stack_bytes), f"{spec.name} {arch.value} {res.name} spills"
