@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -29,12 +30,14 @@ if TYPE_CHECKING:
 PRE_THREADS = 128
 
 
-class BackwardKernels:
-    """Compiles the backward cubin of `spec` for an arch on first use, loads it once per device."""
+class LazyKernels:
+    """The kernels of one spec that are built beside its forward on first use (`build(spec, arch)` gives the
+    cubin of an arch), loaded once per device and entry point."""
 
-    def __init__(self, spec: AttentionSpec) -> None:
+    def __init__(self, spec: AttentionSpec, build: Callable[[AttentionSpec, Arch], Cubin]) -> None:
         self.spec = spec
         self.cubins: dict[Arch, Cubin] = {}
+        self._build = build
         self._loaded: dict[tuple[int, str], Any] = {}
         self._lock = threading.Lock()
         self.variant = KernelVariant.of(variant_of(spec))
@@ -42,9 +45,7 @@ class BackwardKernels:
     def cubin(self, arch: Arch) -> Cubin:
         with self._lock:
             if arch not in self.cubins:
-                from ..toolchain.builder import build_bwd
-
-                self.cubins[arch] = build_bwd(self.spec, arch)
+                self.cubins[arch] = self._build(self.spec, arch)
             return self.cubins[arch]
 
     def _function(self, device_index: int, arch: Arch, entry: str, smem: int) -> Any:
@@ -56,6 +57,15 @@ class BackwardKernels:
             fn = load_function(self.cubin(arch).data, entry, smem, device_index)
             self._loaded[key] = fn
         return fn
+
+
+class BackwardKernels(LazyKernels):
+    """Compiles the backward cubin of `spec` for an arch on first use, loads it once per device."""
+
+    def __init__(self, spec: AttentionSpec) -> None:
+        from ..toolchain.builder import build_bwd
+
+        super().__init__(spec, build_bwd)
 
     def __call__(self, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float, extras: list[torch.Tensor],

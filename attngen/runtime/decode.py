@@ -9,18 +9,16 @@ kv_heads, d) or a paged pool (num_blocks, page_size, kv_heads, d) through its bl
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from .. import env
 from ..codegen.abi import Field, set_strides, struct_of
-from ..features.variant import variant_of
-from ..spec.model import Arch, AttentionSpec
-from ..toolchain.artifacts import Cubin
+from ..spec.model import AttentionSpec
+from .backward import LazyKernels
 from .device import current_arch
-from .variant_args import KernelVariant, VariantArgs
+from .variant_args import VariantArgs
 
 if TYPE_CHECKING:
     import torch
@@ -88,33 +86,13 @@ def _sm_count(device_index: int) -> int:
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
 
 
-class DecodeKernels:
+class DecodeKernels(LazyKernels):
     """Compiles the decode cubin of `spec` for an arch on first use, loads its entry points once per device."""
 
     def __init__(self, spec: AttentionSpec) -> None:
-        self.spec = spec
-        self.cubins: dict[Arch, Cubin] = {}
-        self._loaded: dict[tuple[int, str], Any] = {}
-        self._lock = threading.Lock()
-        self.variant = KernelVariant.of(variant_of(spec))
+        from ..toolchain.builder import build_decode
 
-    def cubin(self, arch: Arch) -> Cubin:
-        with self._lock:
-            if arch not in self.cubins:
-                from ..toolchain.builder import build_decode
-
-                self.cubins[arch] = build_decode(self.spec, arch)
-            return self.cubins[arch]
-
-    def _function(self, device_index: int, arch: Arch, entry: str, smem: int) -> Any:
-        key = (device_index, entry)
-        fn = self._loaded.get(key)
-        if fn is None:
-            from .driver import load_function
-
-            fn = load_function(self.cubin(arch).data, entry, smem, device_index)
-            self._loaded[key] = fn
-        return fn
+        super().__init__(spec, build_decode)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, used: torch.Tensor,
                  table: torch.Tensor | None, softmax_scale: float, extras: list[torch.Tensor],

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from .. import env
 from ..codegen.abi import set_strides, struct_of
-from ..features.dtype import dtype_trait
 from ..features.variant import variant_of
 from ..spec.model import Arch, AttentionSpec, SeqlensKind
 from ..toolchain.artifacts import Cubin
 from . import op
 from . import variant_args as variant_args_mod
+from .checks import check_tensor
 from .device import current_arch
 from .seqlens import Seqlens, check_packed
 from .variant_args import KernelVariant, VariantArgs
@@ -202,26 +202,6 @@ def forward_params(fields: tuple[Any, ...], q: Any, k: Any, v: Any, out: Any, ls
     seqs.fill(params)
     args.fill(params)
     return params
-
-
-def check_tensor(name: str, t: Any, spec: AttentionSpec, packed: bool = False) -> None:
-    import torch
-
-    want = getattr(torch, dtype_trait(spec.dtype).torch)
-    if t.device.type != "cuda":
-        raise ValueError(f"{name} must be a CUDA tensor, got a tensor on {t.device}")
-    if t.dtype != want:
-        raise ValueError(f"{name} must have dtype {want} (spec '{spec.name}' is {spec.dtype.value}), got {t.dtype}")
-    if packed and t.dim() != 3:
-        raise ValueError(f"{name} must have 3 dims (total_tokens, heads, head_dim) with cu_seqlens, got shape "
-                         f"{tuple(t.shape)}")
-    if not packed and t.dim() != 4:
-        raise ValueError(f"{name} must have 4 dims (batch, seqlen, heads, head_dim), got shape {tuple(t.shape)}")
-    if t.shape[-1] != spec.head_dim:
-        raise ValueError(f"{name} must have head_dim {spec.head_dim} (its last dim), got {t.shape[-1]}")
-    if t.stride(-1) != 1:
-        raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got stride {t.stride(-1)}; "
-                         f"call {name}.contiguous()")
 
 
 def _check_shapes(q: Any, k: Any, v: Any) -> None:

@@ -52,7 +52,7 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
     import torch
 
     from . import op
-    from .kernel import check_tensor
+    from .checks import check_tensor
     from .variant_args import validate
 
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):

@@ -87,6 +87,16 @@ def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str, extras:
     return out, lse
 
 
+def _decode_impl(q: Any, k_cache: Any, v_cache: Any, seqused_k: Any, block_table: Any, softmax_scale: float,
+                 kernel: str, extras: list[Any], scalars: list[float], num_splits: int) -> Any:
+    launcher = _DECODE_LAUNCHERS.get(kernel)
+    if launcher is None:
+        raise ValueError(f"kernel '{kernel}' has no decode kernels loaded in this process; build it with "
+                         f"attngen.compile")
+    q, k_cache, v_cache = (_usable(t) for t in (q, k_cache, v_cache))
+    return launcher(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, extras, scalars, num_splits)
+
+
 def _lse_shape(q: Any, seqs: Sequences) -> tuple[int, ...]:
     return (q.shape[1], q.shape[0]) if seqs[0] is not None else (q.shape[0], q.shape[2], q.shape[1])
 
@@ -186,12 +196,8 @@ def ensure_registered() -> None:
     def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqused_k: torch.Tensor,
                    block_table: torch.Tensor | None, softmax_scale: float, kernel: str, extras: list[torch.Tensor],
                    scalars: list[float], num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
-        launcher = _DECODE_LAUNCHERS.get(kernel)
-        if launcher is None:
-            raise ValueError(f"kernel '{kernel}' has no decode kernels loaded in this process; build it with "
-                             f"attngen.compile")
-        q, k_cache, v_cache = (_usable(t) for t in (q, k_cache, v_cache))
-        return launcher(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, extras, scalars, num_splits)
+        return _decode_impl(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, kernel, extras, scalars,
+                            num_splits)
 
     def decode_fwd_fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqused_k: torch.Tensor,
                         block_table: torch.Tensor | None, softmax_scale: float, kernel: str,
@@ -236,8 +242,7 @@ def decode_fwd(q: "torch.Tensor", k_cache: "torch.Tensor", v_cache: "torch.Tenso
     if not torch.compiler.is_compiling():
         # Eager: the launcher directly (the op's dispatch costs tens of microseconds, a decode step's kernels
         # about as much); traced graphs hold the op.
-        launcher = _DECODE_LAUNCHERS[kernel]
-        q, k_cache, v_cache = (_usable(t) for t in (q, k_cache, v_cache))
-        return launcher(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, extras, scalars, num_splits)
+        return _decode_impl(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, kernel, extras, scalars,
+                            num_splits)
     return torch.ops.attngen.decode_fwd(q, k_cache, v_cache, seqused_k, block_table, softmax_scale, kernel, extras,
                                         scalars, num_splits)
