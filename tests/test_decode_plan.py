@@ -13,7 +13,7 @@ from attngen.families import sm80_decode
 from attngen.families.base import Direction
 from attngen.planning.archs import arch_info
 from attngen.planning.planner_decode import MAX_DECODE_QUERY, plan_decode
-from attngen.planning.splits import MAX_SPLITS, MIN_TILES_PER_SPLIT, choose_splits
+from attngen.planning.splits import COMBINE_COST_TILES, MAX_SPLITS, MIN_TILES_PER_SPLIT, choose_splits
 from attngen.runtime.kvcache import _use_decode
 from attngen.spec.model import HEAD_DIMS, Arch, AttentionSpec
 
@@ -59,11 +59,13 @@ def test_hopper_hd128_keeps_128_kb_in_flight_with_128_key_tiles() -> None:
 def test_split_rule() -> None:
     one = {"kv_heads": 8, "row_blocks": 1, "tile_keys": 128, "num_sms": 132, "blocks_per_sm": 1}
     assert choose_splits(batch=1, keys=32768, **one).splits == 16          # one wave: 8 x 16 = 128 of 132
-    assert choose_splits(batch=1, keys=4096, **one).splits == 4096 // 128 // MIN_TILES_PER_SPLIT
+    assert choose_splits(batch=1, keys=1024, **one).splits == 1024 // 128 // MIN_TILES_PER_SPLIT  # tile-capped
     assert choose_splits(batch=8, keys=32768, **one).splits == 2
+    short = choose_splits(batch=8, keys=1024, **one)   # 2 splits would save 4 of 8 tiles: not worth a combine
+    assert short.splits == 1 and f"~{COMBINE_COST_TILES} tiles" in short.reason
     full = choose_splits(batch=64, keys=32768, **one)
     assert full.splits == 1 and "no split" in full.reason
-    tiny = choose_splits(batch=1, keys=256, **one)
+    tiny = choose_splits(batch=1, keys=128, **one)
     assert tiny.splits == 1 and "too few to split" in tiny.reason
     many = choose_splits(batch=1, kv_heads=1, row_blocks=1, keys=1 << 24, tile_keys=64, num_sms=1000,
                          blocks_per_sm=4)

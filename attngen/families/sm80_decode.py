@@ -28,7 +28,7 @@ from ..planning.archs import ArchInfo
 from ..planning.ir import DecodeCandidate, DecodePlan, DecodeTiling, SmemRegions
 from ..planning.planner_decode import MAX_DECODE_QUERY, DecodeFamily
 from ..planning.shared import swizzle_chunks
-from ..planning.splits import SplitChoice, choose_splits
+from ..planning.splits import MAX_SPLITS, SplitChoice, choose_splits
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, SeqlensKind
 from .base import Coverage
 
@@ -54,12 +54,13 @@ COMBINE_THREADS = 128
 
 
 def smem_layout(spec: AttentionSpec, t: DecodeTiling) -> SmemRegions:
-    """The Q tile, the K/V stages (which the warp merge reuses: fp32 rows of every warp), the merge statistics."""
+    """The Q tile, the K/V stages (which the warp merge reuses: fp32 rows of every warp), the merge statistics,
+    and two slots of a paged tile's looked-up rows (K and V element offsets: 16 bytes a key), filled a tile ahead."""
     e = dtype_trait(spec.dtype).size
     stages = t.stages * 2 * t.tile_keys * spec.head_dim * e
     merge = t.num_warps * BLOCK_M * (spec.head_dim + MERGE_PAD) * 4
     return SmemRegions.stack([("Q", BLOCK_M * spec.head_dim * e), ("Stages", max(stages, merge)),
-                              ("Stats", 2 * t.num_warps * BLOCK_M * 4)])
+                              ("Stats", 2 * t.num_warps * BLOCK_M * 4), ("Pages", 2 * t.tile_keys * 16)])
 
 
 def register_estimate(spec: AttentionSpec, t: DecodeTiling, info: ArchInfo) -> int:
@@ -133,7 +134,8 @@ class Sm80Decode(DecodeFamily):
         return DecodePlan(spec=spec, arch=info.arch, family=self.name, kernel_name=kernel_name(spec, info.arch),
                           tiling=t, threads=t.num_warps * 32, smem=smem_layout(spec, t),
                           min_blocks_per_sm=best.blocks_per_sm, blocks_per_sm=best.blocks_per_sm,
-                          num_sms=info.num_sms_hint, reason=reason, candidates=tuple(cands))
+                          num_sms=info.num_sms_hint, reason=reason, candidates=tuple(cands),
+                          overlap_combine=info.programmatic_launch)
 
     def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
                num_sms: int | None = None) -> SplitChoice:
@@ -145,7 +147,8 @@ class Sm80Decode(DecodeFamily):
     def plan_line(self, plan: DecodePlan) -> str:
         t = plan.tiling
         return (f"splitkv rows={BLOCK_M} tile_keys={t.tile_keys} warps={t.num_warps} warp_keys={t.warp_keys} "
-                f"stages={t.stages} smem={plan.smem_bytes}B blocks/SM={plan.blocks_per_sm}")
+                f"stages={t.stages} smem={plan.smem_bytes}B blocks/SM={plan.blocks_per_sm}"
+                + (" combine=overlapped" if plan.overlap_combine else ""))
 
     def explain_lines(self, plan: DecodePlan) -> list[str]:
         lines = [f"decode ({self.name}, {self.path}): {self.plan_line(plan)}", f"  why: {plan.reason}"]
@@ -161,7 +164,8 @@ class Sm80Decode(DecodeFamily):
         fields = params_with_variant(DECODE_PARAMS, plan.spec)
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
                 "swizzle_chunks": swizzle_chunks(plan.spec.head_dim, dtype_trait(plan.spec.dtype).size),
-                "min_blocks_per_sm": plan.min_blocks_per_sm, "combine_threads": COMBINE_THREADS, "params": fields,
+                "min_blocks_per_sm": plan.min_blocks_per_sm, "combine_threads": COMBINE_THREADS,
+                "overlap_combine": plan.overlap_combine, "max_splits": MAX_SPLITS, "params": fields,
                 "params_layout": layout(fields)}
 
     def launch(self, plan: DecodePlan, function: Any, stream: int, call: Any) -> None:
@@ -175,7 +179,8 @@ class Sm80Decode(DecodeFamily):
         if call.num_splits > 1:
             warps = COMBINE_THREADS // 32
             total = call.batch * call.heads * call.seqlen_q
-            launch(function(combine_entry, 0), (-(-total // warps), 1, 1), COMBINE_THREADS, stream, params)
+            launch(function(combine_entry, 0), (-(-total // warps), 1, 1), COMBINE_THREADS, stream, params,
+                   dependent=plan.overlap_combine)
 
 
 #: choose_splits, remembered per shape (every decode call asks; a server repeats a few shapes).

@@ -57,6 +57,9 @@ class ArchInfo:
     wgmma_flops_per_clk: int = 0
     #: Registers a thread may hold at most after setmaxnreg (a multiple of 8; 0: no setmaxnreg).
     max_setmaxnreg: int = 0
+    #: Programmatic dependent launch (griddepcontrol, sm90 on): a kernel starts while the one it depends on
+    #: still runs and waits for its results in the kernel, which hides the second launch's latency.
+    programmatic_launch: bool = False
 
 
 ARCHS: dict[Arch, ArchInfo] = {
@@ -82,19 +85,20 @@ ARCHS: dict[Arch, ArchInfo] = {
     Arch.sm90: ArchInfo(arch=Arch.sm90, parts="H100, H200", nvrtc_target="sm_90a",
                         matrix_path="wgmma (sm_90a), mma.sync", copy_path="TMA, cp.async", smem_per_sm=228 * _K,
                         smem_per_block=232448, max_threads_per_sm=2048, num_sms_hint=132, mma_flops_per_clk=2730,
-                        clock_ghz=1.83, hbm_gbps=3000, wgmma_flops_per_clk=4096, max_setmaxnreg=240),
+                        clock_ghz=1.83, hbm_gbps=3000, wgmma_flops_per_clk=4096, max_setmaxnreg=240,
+                        programmatic_launch=True),
     # B200: same smem geometry as Hopper, plus 256 KB tensor memory.
     # Legacy mma.sync rate assumed Hopper-like; HBM3e 8000 GB/s.
     Arch.sm100: ArchInfo(arch=Arch.sm100, parts="B200, GB200", nvrtc_target="sm_100a",
                          matrix_path="tcgen05 (sm_100a), mma.sync", copy_path="TMA, cp.async", smem_per_sm=228 * _K,
                          smem_per_block=232448, max_threads_per_sm=2048, num_sms_hint=148, mma_flops_per_clk=2730,
-                         clock_ghz=1.85, hbm_gbps=8000, extra_registers=48),
+                         clock_ghz=1.85, hbm_gbps=8000, extra_registers=48, programmatic_launch=True),
     # RTX 50: consumer Blackwell, GA10x-sized shared memory.
     # RTX 5090: ~1024 FLOP/clk/SM at fp32 accumulation; GDDR7 1792 GB/s.
     Arch.sm120: ArchInfo(arch=Arch.sm120, parts="RTX 50", nvrtc_target="sm_120", matrix_path="mma.sync m16n8k16",
                          copy_path="TMA, cp.async", smem_per_sm=100 * _K, smem_per_block=101376,
                          max_threads_per_sm=1536, num_sms_hint=170, mma_flops_per_clk=1024, clock_ghz=2.41,
-                         hbm_gbps=1792),
+                         hbm_gbps=1792, programmatic_launch=True),
 }
 
 

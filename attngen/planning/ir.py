@@ -349,6 +349,9 @@ class DecodePlan(_Frozen):
     num_sms: int
     reason: str
     candidates: tuple[DecodeCandidate, ...] = ()
+    #: The combine kernel is a programmatic dependent launch: it starts while the split kernel runs and waits
+    #: for the partials in the kernel (archs with programmatic_launch).
+    overlap_combine: bool = False
 
     @property
     def smem_bytes(self) -> int:

@@ -5,11 +5,12 @@ far fewer blocks than SMs, and each would stream a whole cache alone. Splitting 
 that separate blocks read (and a combine kernel merges by their LSE) puts every SM to work. The choice:
 
 - no split when the blocks already fill FULL_WAVE of the resident slots (SMs x blocks per SM);
-- else as many splits as one wave of the slots holds, at most MAX_SPLITS and one per MIN_TILES_PER_SPLIT tiles.
+- else as many splits as one wave of the slots holds, at most MAX_SPLITS and one per MIN_TILES_PER_SPLIT tiles,
+  unless that saves each block no more than COMBINE_COST_TILES tiles of streaming.
 
-Measured on the H100 (benchmarks/results/h100/decode/sweep_1, NOTES.md): at batch 1 (8 blocks, 132 slots) 16
-splits beat 8 and 32 at 32k and 128k keys (70 vs 87 and 84 us at 32k), and at 4k keys 8 splits (4 tiles each)
-beat 16; a second wave of splits always lost.
+Measured on the H100 (benchmarks/results/h100/decode/sweep_1 and sweep_2, NOTES.md): at batch 1 (8 blocks, 132
+slots) 16 splits beat 8 and 32 at 32k and 128k keys (70 vs 87 and 84 us at 32k); a second wave of splits always
+lost; short caches at half a wave of blocks run best unsplit.
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ from dataclasses import dataclass
 #: Splits at most: the combine kernel's warp reads one LSE per split per lane pass, and past this many the
 #: partial outputs (fp32, splits x rows x head_dim) cost more traffic than the extra parallelism returns.
 MAX_SPLITS = 128
-#: K/V tiles a split keeps at least: a split of few tiles spends more on its start (Q, the first tile's latency)
-#: and its fp32 partial than on streaming (4k keys at batch 1: 8 splits of 4 tiles 22 us, 16 of 2 tiles 24 us).
-MIN_TILES_PER_SPLIT = 4
+#: K/V tiles a split keeps at least. At batch 1 over 1k keys (8 tiles) 8 splits of one tile beat 4 of two and 2
+#: of four (13.1, 13.9 and 15.1 us); over 4k keys 8 and 16 splits are within 4% (18.8 and 19.5 us)
+#: (results/h100/decode/sweep_2).
+MIN_TILES_PER_SPLIT = 1
+#: Tiles per block a split must save to pay for the combine (its launch, the fp32 partials and their merge):
+#: at batch 8 over 1k keys (64 blocks of 8 tiles) one split takes 24.3 us and two 26.1; over 4k keys (32 tiles)
+#: two take 66 us and one 80 (sweep_2).
+COMBINE_COST_TILES = 4
 #: Share of the resident slots the unsplit blocks must fill to skip splitting (wave tails below it cost more
 #: than the combine kernel's launch and its fp32 partials).
 FULL_WAVE = 0.8
@@ -58,6 +64,10 @@ def choose_splits(*, batch: int, kv_heads: int, row_blocks: int, keys: int, tile
         return SplitChoice(1, blocks, slots, f"{tiles} K/V tile(s) of {tile_keys} keys: too few to split "
                                              f"({MIN_TILES_PER_SPLIT} per split at least)")
     splits = max(1, min(cap, slots // blocks))
+    saved = tiles - -(-tiles // splits)
+    if splits > 1 and saved <= COMBINE_COST_TILES:
+        return SplitChoice(1, blocks, slots, f"{splits} splits would save {saved} of {tiles} K/V tiles per block, "
+                                             f"not more than the combine costs (~{COMBINE_COST_TILES} tiles)")
     return SplitChoice(splits, blocks, slots,
                        f"{blocks} blocks for {slots} resident slots ({num_sms} SMs x {blocks_per_sm}): {splits} "
                        f"splits of ~{-(-tiles // splits)} tiles fill one wave with {blocks * splits} blocks "

@@ -69,18 +69,61 @@ def load_function(cubin: bytes, name: str, smem_bytes: int, device_index: int) -
 
 
 def launch(fn: LoadedFunction, grid: tuple[int, int, int], threads: int, stream: int,
-           params: ctypes.Structure) -> None:
-    """Launch with one by-value struct parameter on the given CUstream handle."""
+           params: ctypes.Structure, *, dependent: bool = False) -> None:
+    """Launch with one by-value struct parameter on the given CUstream handle. `dependent`: a programmatic
+    dependent launch (sm90+): the kernel may start while the one before it on the stream runs, and waits for
+    that one's results itself (griddepcontrol.wait) before reading them."""
     driver = _driver()
     arg_ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(params))
     handle = _STREAMS.get(stream)
     if handle is None:
         handle = _STREAMS[stream] = driver.CUstream(stream)
-    result = driver.cuLaunchKernel(fn.function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes, handle,
-                                   ctypes.addressof(arg_ptrs), 0)
+    if dependent:
+        config = _dependent_config(_Shape(grid, threads, fn.smem_bytes, stream), handle)
+        result = driver.cuLaunchKernelEx(config, fn.function, ctypes.addressof(arg_ptrs), 0)
+    else:
+        result = driver.cuLaunchKernel(fn.function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes, handle,
+                                       ctypes.addressof(arg_ptrs), 0)
     if result[0] != driver.CUresult.CUDA_SUCCESS:
         check_result(result, f"launching {fn.name}")
 
 
 #: The driver's handle of each stream a launch used (made once: a launch happens on every call).
 _STREAMS: dict[int, object] = {}
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a launch configuration holds besides its attributes (the function is passed beside it)."""
+
+    grid: tuple[int, int, int]
+    threads: int
+    smem_bytes: int
+    stream: int
+
+
+def _dependent_config(shape: _Shape, handle: object) -> object:
+    """The CUlaunchConfig of a programmatic dependent launch of `shape`, made once per shape (building one
+    through the bindings costs ~6 us, more than the launch)."""
+    config = _CONFIGS.get(shape)
+    if config is None:
+        driver = _driver()
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = shape.grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = shape.threads, 1, 1
+        config.sharedMemBytes = shape.smem_bytes
+        config.hStream = handle
+        config.attrs = [attr]
+        config.numAttrs = 1
+        if len(_CONFIGS) >= _MAX_CONFIGS:
+            _CONFIGS.clear()
+        _CONFIGS[shape] = config
+    return config
+
+
+#: Launch configurations of dependent launches by shape; a server repeats a few shapes.
+_CONFIGS: dict[_Shape, object] = {}
+_MAX_CONFIGS = 1024

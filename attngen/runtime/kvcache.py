@@ -67,7 +67,7 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
     scale = kernel.arch_and_scale(q, softmax_scale)
     lengths = _lengths(cache_seqlens, q)
     new = _check_new(k_new, v_new, q, k_cache)
-    check_used_keys(lengths + new, q.shape[0], shape.capacity, q.device, env.check_seqlens())
+    check_used_keys(lengths + new if new else lengths, q.shape[0], shape.capacity, q.device, env.check_seqlens())
     decode = _use_decode(q, split_kv, num_splits) and (split_kv or kernel.decode_serves(q.device))
     with torch.no_grad():
         if new:
