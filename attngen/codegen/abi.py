@@ -24,12 +24,14 @@ class Field:
 _PTR, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
 
 #: Where each batch entry's sequences sit (the kernels' SeqLens): int32 cumulative lengths of packed
-#: (varlen) queries and keys, the keys each entry uses (a KV cache), each null when absent; the LSE's
-#: batch and head strides (flash_attn's layouts: (batch, heads, seqlen_q) dense, (heads, total_q) packed).
+#: (varlen) queries and keys, the keys each entry uses (a KV cache), the order in which the grid visits packed
+#: entries (longest first), each null when absent; the LSE's batch and head strides (flash_attn's layouts:
+#: (batch, heads, seqlen_q) dense, (heads, total_q) packed).
 SEQLEN_FIELDS: tuple[Field, ...] = (
     Field("cu_seqlens_q", "const int*", _PTR),
     Field("cu_seqlens_k", "const int*", _PTR),
     Field("seqused_k", "const int*", _PTR),
+    Field("batch_order", "const int*", _PTR),
     Field("lse_batch_stride", "long long", _I64),
     Field("lse_head_stride", "long long", _I64),
 )

@@ -34,6 +34,11 @@ def variant_context(variant: Variant) -> dict[str, Any]:
         "sinks": variant.sinks is not None,
         "sink": "p.var_sinks[h]" if variant.sinks is not None else "0.f",
         "tensors": [],
+        # A tensor indexed by the batch entry keeps the entry live across the loops: such kernels take the entry
+        # from blockIdx.z (rematerialized for free), not from the packed entries' visiting order (a load, whose
+        # register spilled 52 B in document_bf16_hd128's packed sm90 forward).
+        "entry_tensors": any(isinstance(a.decl, TensorDecl) and "batch" in a.decl.shape
+                             for a in variant.arguments()),
     }
     context.update(_score_mod(variant, names))
     for arg in variant.arguments():

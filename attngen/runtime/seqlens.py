@@ -13,6 +13,7 @@ The LSE is flash_attn's: (batch, heads, seqlen_q) dense, (heads, total_q) packed
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 #: The tensors of the query side and of the key side of the parameter blocks: a packed side's tensors are one
@@ -66,6 +67,19 @@ class Seqlens:
         """The LSE (or D) as (entries, heads, rows): a packed (heads, total_q) one as a one-entry batch."""
         return lse.unsqueeze(0) if self.is_packed else lse
 
+    @cached_property
+    def batch_order(self) -> Any:
+        """Packed entries in order of decreasing work (query rows x keys), an int32 tensor the kernels map their
+        grid's batch index through (longest sequences first: the heaviest blocks start first and the last wave
+        holds short ones); None for one entry or a dense batch. Computed on the GPU, without a sync."""
+        if not self.is_packed or self.batch < 2:
+            return None
+        import torch
+
+        cq, ck = self.cu_seqlens_q, self.cu_seqlens_k
+        work = (cq[1:] - cq[:-1]).to(torch.int64) * (ck[1:] - ck[:-1]).to(torch.int64)
+        return torch.argsort(work, descending=True).to(torch.int32)
+
     def grid(self, block_rows: int, rows: int | None = None) -> tuple[int, int, int]:
         """(row blocks of the longest sequence, heads, batch): `rows` the longest sequence's rows (seqlen_q)."""
         rows = self.seqlen_q if rows is None else rows
@@ -80,6 +94,9 @@ class Seqlens:
             t = getattr(self, name)
             setattr(params, name, t.data_ptr() if t is not None else 0)
         names = {f[0] for f in params._fields_}
+        if "batch_order" in names:
+            order = self.batch_order
+            params.batch_order = order.data_ptr() if order is not None else 0
         if self.is_packed:
             params.lse_batch_stride, params.lse_head_stride = 0, self.total_q
             for side in (Q_SIDE, K_SIDE):

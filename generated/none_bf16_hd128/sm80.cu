@@ -202,6 +202,7 @@ struct Params {
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   const int* seqused_k;
+  const int* batch_order;
   long long lse_batch_stride;
   long long lse_head_stride;
   int seqlen_q;
@@ -212,7 +213,7 @@ struct Params {
 };
 // The launcher fills this struct through its ctypes twin (attngen/abi.py): same offsets, same size.
 // NVRTC releases without __builtin_offsetof (13.0) check the size only.
-static_assert(sizeof(Params) == 200, "kernel parameter block differs from attngen.abi");
+static_assert(sizeof(Params) == 208, "kernel parameter block differs from attngen.abi");
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_offsetof)
 static_assert(__builtin_offsetof(Params, q) == 0, "parameter q differs from attngen.abi");
@@ -235,13 +236,14 @@ static_assert(__builtin_offsetof(Params, o_head_stride) == 128, "parameter o_hea
 static_assert(__builtin_offsetof(Params, cu_seqlens_q) == 136, "parameter cu_seqlens_q differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, cu_seqlens_k) == 144, "parameter cu_seqlens_k differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, seqused_k) == 152, "parameter seqused_k differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, lse_batch_stride) == 160, "parameter lse_batch_stride differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, lse_head_stride) == 168, "parameter lse_head_stride differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, seqlen_q) == 176, "parameter seqlen_q differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, seqlen_k) == 180, "parameter seqlen_k differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, heads) == 184, "parameter heads differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, kv_heads) == 188, "parameter kv_heads differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, scale_log2) == 192, "parameter scale_log2 differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, batch_order) == 160, "parameter batch_order differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, lse_batch_stride) == 168, "parameter lse_batch_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, lse_head_stride) == 176, "parameter lse_head_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_q) == 184, "parameter seqlen_q differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_k) == 188, "parameter seqlen_k differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, heads) == 192, "parameter heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, kv_heads) == 196, "parameter kv_heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, scale_log2) == 200, "parameter scale_log2 differs from attngen.abi");
 #endif
 #endif
 
@@ -610,6 +612,16 @@ struct SeqLens {
   int q0, k0;   // the sequence's first query and key row
   int sq, sk;   // its query and key lengths
 };
+
+// The batch entry of grid index z: packed entries in order of decreasing work (p.batch_order, longest first),
+// so the heaviest blocks start first and the last wave holds the short sequences' blocks; else z itself (also
+// when a variant tensor is indexed by the entry: see variant_cxx.entry_tensors).
+constexpr bool kOrderEntries = kVarlen && !false;
+template <class P>
+__device__ __forceinline__ int entry_of(const P& p, int z) {
+  if constexpr (!kOrderEntries) return z;
+  return p.batch_order != nullptr ? p.batch_order[z] : z;
+}
 
 template <class P>
 __device__ __forceinline__ SeqLens seq_lens(const P& p, int b) {
@@ -1190,7 +1202,7 @@ __device__ __forceinline__ void gemm_pv(Frag& f, u32 v_tile, const LdmPlan& m) {
 __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) {
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query blocks of a causal mask first
   const int head = blockIdx.y;
-  const int batch = blockIdx.z;
+  const int batch = entry_of(p, blockIdx.z);   // packed: longest sequences first
   const int kv_head = head / (p.heads / p.kv_heads);
   const int warp_row0 = (threadIdx.x / 32) * 16 * kWarpMTiles;
   const int row0 = m_block * kBlockM;

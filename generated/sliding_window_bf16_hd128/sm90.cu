@@ -384,6 +384,7 @@ struct Params {
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   const int* seqused_k;
+  const int* batch_order;
   long long lse_batch_stride;
   long long lse_head_stride;
   int seqlen_q;
@@ -391,7 +392,7 @@ struct Params {
   int heads;
   int kv_heads;
   float scale_log2;
-  unsigned char tail_pad[56];
+  unsigned char tail_pad[48];
 };
 // The launcher fills this struct through its ctypes twin (attngen/abi.py): same offsets, same size.
 // NVRTC releases without __builtin_offsetof (13.0) check the size only.
@@ -421,14 +422,15 @@ static_assert(__builtin_offsetof(Params, o_head_stride) == 512, "parameter o_hea
 static_assert(__builtin_offsetof(Params, cu_seqlens_q) == 520, "parameter cu_seqlens_q differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, cu_seqlens_k) == 528, "parameter cu_seqlens_k differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, seqused_k) == 536, "parameter seqused_k differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, lse_batch_stride) == 544, "parameter lse_batch_stride differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, lse_head_stride) == 552, "parameter lse_head_stride differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, seqlen_q) == 560, "parameter seqlen_q differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, seqlen_k) == 564, "parameter seqlen_k differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, heads) == 568, "parameter heads differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, kv_heads) == 572, "parameter kv_heads differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, scale_log2) == 576, "parameter scale_log2 differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, tail_pad) == 580, "parameter tail_pad differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, batch_order) == 544, "parameter batch_order differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, lse_batch_stride) == 552, "parameter lse_batch_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, lse_head_stride) == 560, "parameter lse_head_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_q) == 568, "parameter seqlen_q differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_k) == 572, "parameter seqlen_k differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, heads) == 576, "parameter heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, kv_heads) == 580, "parameter kv_heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, scale_log2) == 584, "parameter scale_log2 differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, tail_pad) == 588, "parameter tail_pad differs from attngen.abi");
 #endif
 #endif
 
@@ -797,6 +799,16 @@ struct SeqLens {
   int q0, k0;   // the sequence's first query and key row
   int sq, sk;   // its query and key lengths
 };
+
+// The batch entry of grid index z: packed entries in order of decreasing work (p.batch_order, longest first),
+// so the heaviest blocks start first and the last wave holds the short sequences' blocks; else z itself (also
+// when a variant tensor is indexed by the entry: see variant_cxx.entry_tensors).
+constexpr bool kOrderEntries = kVarlen && !false;
+template <class P>
+__device__ __forceinline__ int entry_of(const P& p, int z) {
+  if constexpr (!kOrderEntries) return z;
+  return p.batch_order != nullptr ? p.batch_order[z] : z;
+}
 
 template <class P>
 __device__ __forceinline__ SeqLens seq_lens(const P& p, int b) {
@@ -1499,7 +1511,7 @@ __device__ __forceinline__ void fwd_block_ws(const Params& p, unsigned char* sme
   unsigned char* smem = smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024);
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query blocks of a causal mask first
   const int head = blockIdx.y;
-  const int batch = blockIdx.z;
+  const int batch = entry_of(p, blockIdx.z);   // packed: longest sequences first
   const int kv_head = head / (p.heads / p.kv_heads);
   const u32 base = smem_addr(smem);
   const int warpgroup = threadIdx.x / 128;
