@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import attngen  # noqa: E402
+from attngen.catalogue import load_catalogue  # noqa: E402
 from attngen.codegen.abi import FWD_PARAMS, HOPPER_BWD_PARAMS, ctypes_struct, set_strides  # noqa: E402
 from attngen.codegen.renderer import render  # noqa: E402
 from attngen.planning.planner import plan  # noqa: E402
@@ -74,6 +75,34 @@ def test_packed_fill_zeroes_batch_strides_and_uses_flash_attn_lse_layout() -> No
     assert (params.seqlen_q, params.seqlen_k) == (25, 40)
     assert info.lse_shape() == (4, 45) and info.grid(16) == (2, 4, 2) and info.batch == 2
     assert info.sizes(2) == {"batch": 2, "heads": 4, "kv_heads": 2, "seqlen_q": 25, "seqlen_k": 40}
+    # Entry 1 (25 x 40) is more work than entry 0 (20 x 30): the grid visits it first.
+    assert info.batch_order.tolist() == [1, 0] and params.batch_order == info.batch_order.data_ptr()
+
+
+def test_packed_entries_are_visited_longest_first_and_dense_ones_in_order() -> None:
+    q = torch.empty(60, 4, 64)
+    cu_q = torch.tensor([0, 5, 5, 45, 47, 60], dtype=torch.int32)    # lengths 5, 0, 40, 2, 13
+    cu_k = torch.tensor([0, 9, 10, 50, 52, 70], dtype=torch.int32)   # lengths 9, 1, 40, 2, 18
+    order = Seqlens.packed(q, cu_q, cu_k, 40, 40).batch_order
+    assert order.dtype == torch.int32 and order.tolist() == [2, 4, 0, 3, 1]
+    one = Seqlens.packed(q, cu_q[:2], cu_k[:2], 5, 9)
+    assert one.batch_order is None
+    dense = Seqlens.dense(torch.empty(3, 10, 4, 64), torch.empty(3, 12, 2, 64))
+    params = _block(FWD_PARAMS)
+    dense.fill(params)
+    assert dense.batch_order is None and not params.batch_order
+
+
+def load_catalogue_spec(name: str) -> AttentionSpec:
+    return next(s for s in load_catalogue() if s.name == name)
+
+
+def test_entry_indexed_tensors_keep_the_grid_order() -> None:
+    """A variant tensor indexed by the batch entry keeps the entry in a register; those kernels do not reorder."""
+    twin = _spec().with_seqlens(SeqlensKind.varlen)
+    doc_twin = load_catalogue_spec("document_bf16_hd128").with_seqlens(SeqlensKind.varlen)
+    assert "constexpr bool kOrderEntries = kVarlen && !false;" in render(plan(twin, "sm80")).code
+    assert "constexpr bool kOrderEntries = kVarlen && !true;" in render(plan(doc_twin, "sm80")).code
 
 
 @pytest.mark.parametrize("cu_q, cu_k, max_q, max_k, needle", [
