@@ -54,6 +54,11 @@ class LoadedFunction:
     function: object
     smem_bytes: int
 
+    @property
+    def handle(self) -> int:
+        """The CUfunction's address, as the driver library takes it."""
+        return int(self.function)  # type: ignore[call-overload]
+
 
 def load_function(cubin: bytes, name: str, smem_bytes: int, device_index: int) -> LoadedFunction:
     """Load `name` from `cubin` on the device and allow it `smem_bytes` of dynamic shared memory."""
@@ -72,58 +77,53 @@ def launch(fn: LoadedFunction, grid: tuple[int, int, int], threads: int, stream:
            params: ctypes.Structure, *, dependent: bool = False) -> None:
     """Launch with one by-value struct parameter on the given CUstream handle. `dependent`: a programmatic
     dependent launch (sm90+): the kernel may start while the one before it on the stream runs, and waits for
-    that one's results itself (griddepcontrol.wait) before reading them."""
-    driver = _driver()
+    that one's results itself (griddepcontrol.wait) before reading them.
+
+    The call goes to the driver library through ctypes: cuda.bindings' wrappers convert every argument and
+    cost ~17 us a launch, more than a decode kernel over a short cache takes."""
+    lib = _libcuda()
     arg_ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    handle = _STREAMS.get(stream)
-    if handle is None:
-        handle = _STREAMS[stream] = driver.CUstream(stream)
+    function = fn.handle
     if dependent:
-        config = _dependent_config(_Shape(grid, threads, fn.smem_bytes, stream), handle)
-        result = driver.cuLaunchKernelEx(config, fn.function, ctypes.addressof(arg_ptrs), 0)
+        config = _LaunchConfig(grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes, stream,
+                               ctypes.pointer(_SERIALIZATION_ALLOWED), 1)
+        err = lib.cuLaunchKernelEx(ctypes.byref(config), function, arg_ptrs, None)
     else:
-        result = driver.cuLaunchKernel(fn.function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes, handle,
-                                       ctypes.addressof(arg_ptrs), 0)
-    if result[0] != driver.CUresult.CUDA_SUCCESS:
-        check_result(result, f"launching {fn.name}")
-
-
-#: The driver's handle of each stream a launch used (made once: a launch happens on every call).
-_STREAMS: dict[int, object] = {}
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """What a launch configuration holds besides its attributes (the function is passed beside it)."""
-
-    grid: tuple[int, int, int]
-    threads: int
-    smem_bytes: int
-    stream: int
-
-
-def _dependent_config(shape: _Shape, handle: object) -> object:
-    """The CUlaunchConfig of a programmatic dependent launch of `shape`, made once per shape (building one
-    through the bindings costs ~6 us, more than the launch)."""
-    config = _CONFIGS.get(shape)
-    if config is None:
+        err = lib.cuLaunchKernel(function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes, stream,
+                                 arg_ptrs, None)
+    if err:
         driver = _driver()
-        attr = driver.CUlaunchAttribute()
-        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
-        config = driver.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = shape.grid
-        config.blockDimX, config.blockDimY, config.blockDimZ = shape.threads, 1, 1
-        config.sharedMemBytes = shape.smem_bytes
-        config.hStream = handle
-        config.attrs = [attr]
-        config.numAttrs = 1
-        if len(_CONFIGS) >= _MAX_CONFIGS:
-            _CONFIGS.clear()
-        _CONFIGS[shape] = config
-    return config
+        check_result((driver.CUresult(err),), f"launching {fn.name}")
 
 
-#: Launch configurations of dependent launches by shape; a server repeats a few shapes.
-_CONFIGS: dict[_Shape, object] = {}
-_MAX_CONFIGS = 1024
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value union."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_ubyte * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+#: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) with programmaticStreamSerializationAllowed = 1.
+_SERIALIZATION_ALLOWED = _LaunchAttribute(6, (ctypes.c_ubyte * 4)(), (ctypes.c_int * 16)(1))
+_LIB: list[ctypes.CDLL] = []
+
+
+def _libcuda() -> ctypes.CDLL:
+    """The driver library (the one cuda.bindings loads), with the launch entry points' signatures."""
+    if not _LIB:
+        lib = ctypes.CDLL("libcuda.so.1")
+        ptr, uint = ctypes.c_void_p, ctypes.c_uint
+        lib.cuLaunchKernel.argtypes = [ptr, uint, uint, uint, uint, uint, uint, uint, ptr, ptr, ptr]
+        lib.cuLaunchKernel.restype = ctypes.c_int
+        lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ptr, ptr, ptr]
+        lib.cuLaunchKernelEx.restype = ctypes.c_int
+        _LIB.append(lib)
+    return _LIB[0]
