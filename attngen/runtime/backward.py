@@ -172,8 +172,9 @@ def finish(b: Buffers, seqlen_k: int, softmax_scale: float) -> tuple[torch.Tenso
     import torch
 
     if b.accumulate:
-        torch.mul(b.dq_accum, softmax_scale, out=b.dq_accum)
-        b.dq.copy_(b.dq_accum)  # the conversion step: fp32 accumulator to the input dtype
+        # The scale and the conversion to the input dtype in one pass over the fp32 accumulator (two passes cost
+        # 312 us of a 4.3 ms packed step over 32k tokens x 16 heads: results/h100/seqlens/kernel_times_1).
+        torch.mul(b.dq_accum, softmax_scale, out=b.dq)
     if not seqlen_k:
         b.dq.zero_()  # no key: attention is constant 0, every gradient is 0
     return b.dq, b.dk, b.dv

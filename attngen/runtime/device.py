@@ -9,12 +9,16 @@ from ..spec.model import Arch
 
 
 def current_arch(device: Any = None) -> Arch:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RuntimeError("no CUDA device is available; pass an arch to attngen.build to compile without one")
+    """The arch of `device` (a torch.device, an index, or None: the current device). A device with an index comes
+    from a CUDA tensor, so only the others ask whether CUDA is available (~5 us a question, on every call)."""
     index = getattr(device, "index", device)
-    return _arch_of(torch.cuda.current_device() if index is None else int(index))
+    if index is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device is available; pass an arch to attngen.build to compile without one")
+        index = torch.cuda.current_device()
+    return _arch_of(int(index))
 
 
 @cache
