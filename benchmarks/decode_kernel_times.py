@@ -2,19 +2,17 @@
 steps, averaged per kernel name, for attngen (split and combine kernels) and cuDNN's SDPA (enable_gqa), beside
 the graph time of the whole step (measure.graph_ms). bf16 hd128, 32 query heads over 8 KV heads, seqlen_q 1.
 
-    python3 benchmarks/decode_kernel_times.py [--shapes 1x1024,1x4096] [--page 0]
+    python3 benchmarks/decode_kernel_times.py [--shapes 1x1024,1x4096]
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile
 
 import attngen
 from attngen.bench import measure
@@ -23,26 +21,9 @@ from attngen.spec.model import AttentionSpec
 STEPS = 50
 
 
-def kernel_us(fn) -> dict[str, float]:
-    """Mean device microseconds per step of every kernel fn launches."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(STEPS):
-            fn()
-        torch.cuda.synchronize()
-    totals: dict[str, float] = collections.defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            totals[e.name[:60]] += e.device_time / STEPS
-    return dict(totals)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="1x1024,1x4096,8x1024,1x32768")
-    parser.add_argument("--page", type=int, default=0)
     args = parser.parse_args()
     os.environ["ATTNGEN_TRUST_SEQLENS"] = "1"
     kernel = attngen.compile(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"))
@@ -60,7 +41,7 @@ def main() -> None:
                 return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
 
         for name, fn in (("attngen", ours), ("cudnn", cudnn)):
-            times = kernel_us(fn)
+            times = measure.kernel_times_us(fn, STEPS, name_chars=60)
             graph = measure.graph_ms(fn) * 1e3
             parts = ", ".join(f"{k} {t:.1f}" for k, t in sorted(times.items(), key=lambda kv: -kv[1]))
             print(f"b{b} x {s} {name}: graph {graph:.1f} us; kernels {sum(times.values()):.1f} us: {parts}",

@@ -8,32 +8,15 @@ kernel's TFLOP/s (forward FLOPs 4 n^2 d h / 2 per causal document, the backward'
 
 from __future__ import annotations
 
-import collections
 import os
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import attngen
-from attngen.bench import seqlens
+from attngen.bench import measure, seqlens
 from attngen.spec.model import AttentionSpec
 
 STEPS, HEADS, D = 10, 16, 128
-
-
-def kernel_us(step) -> dict[str, float]:
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(STEPS):
-            step()
-        torch.cuda.synchronize()
-    totals: dict[str, float] = collections.defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            totals[e.name[:70]] += e.device_time / STEPS
-    return dict(totals)
 
 
 def main() -> None:
@@ -56,7 +39,7 @@ def main() -> None:
         torch.autograd.grad(out, dense, out)
 
     for name, step in (("varlen", varlen_step), ("dense", dense_step)):
-        times = kernel_us(step)
+        times = measure.kernel_times_us(step, STEPS)
         print(f"{name}: {len(lengths) if name == 'varlen' else total // 8192} sequences, forward "
               f"{fwd_flops[name] / 1e9:.0f} GFLOP; {sum(times.values()):.0f} us of kernels per step")
         for k, us in sorted(times.items(), key=lambda kv: -kv[1]):

@@ -109,6 +109,28 @@ def graph_ms(fn: Callable[[], Any]) -> float:
     return time_ms(graph.replay)
 
 
+def kernel_times_us(fn: Callable[[], Any], steps: int, name_chars: int = 70) -> dict[str, float]:
+    """Mean device microseconds per call of fn() of every kernel it launches (torch.profiler's CUDA activity over
+    `steps` calls after a warm-up), by kernel name cut to `name_chars` characters."""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = collections.defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            totals[e.name[:name_chars]] += e.device_time / steps
+    return dict(totals)
+
+
 def _events_median_ms(fn: Callable[[], Any]) -> float:
     import torch
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass
+from functools import cache
 
 from ..errors import LaunchError
 
@@ -113,17 +114,13 @@ class _LaunchConfig(ctypes.Structure):
 
 #: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) with programmaticStreamSerializationAllowed = 1.
 _SERIALIZATION_ALLOWED = _LaunchAttribute(6, (ctypes.c_ubyte * 4)(), (ctypes.c_int * 16)(1))
-_LIB: list[ctypes.CDLL] = []
-
-
+@cache
 def _libcuda() -> ctypes.CDLL:
     """The driver library (the one cuda.bindings loads), with the launch entry points' signatures."""
-    if not _LIB:
-        lib = ctypes.CDLL("libcuda.so.1")
-        ptr, uint = ctypes.c_void_p, ctypes.c_uint
-        lib.cuLaunchKernel.argtypes = [ptr, uint, uint, uint, uint, uint, uint, uint, ptr, ptr, ptr]
-        lib.cuLaunchKernel.restype = ctypes.c_int
-        lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ptr, ptr, ptr]
-        lib.cuLaunchKernelEx.restype = ctypes.c_int
-        _LIB.append(lib)
-    return _LIB[0]
+    lib = ctypes.CDLL("libcuda.so.1")
+    ptr, uint = ctypes.c_void_p, ctypes.c_uint
+    lib.cuLaunchKernel.argtypes = [ptr, uint, uint, uint, uint, uint, uint, uint, ptr, ptr, ptr]
+    lib.cuLaunchKernel.restype = ctypes.c_int
+    lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ptr, ptr, ptr]
+    lib.cuLaunchKernelEx.restype = ctypes.c_int
+    return lib

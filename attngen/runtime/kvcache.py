@@ -67,12 +67,12 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
     scale = kernel.arch_and_scale(q, softmax_scale)
     lengths = _lengths(cache_seqlens, q)
     new = _check_new(k_new, v_new, q, k_cache)
-    check_used_keys(lengths + new if new else lengths, q.shape[0], shape.capacity, q.device, env.check_seqlens())
+    used = lengths + new if new else lengths   # int32 (checked): each entry's keys once k_new is appended
+    check_used_keys(used, q.shape[0], shape.capacity, q.device, env.check_seqlens())
     decode = _use_decode(q, split_kv, num_splits) and (split_kv or kernel.decode_serves(q.device))
     with torch.no_grad():
         if new:
             _append(k_cache, v_cache, k_new, v_new, lengths, block_table, shape)
-        used = (lengths + new).to(torch.int32) if new or lengths.dtype != torch.int32 else lengths
         if decode:
             sizes = {"batch": q.shape[0], "heads": q.shape[2], "kv_heads": k_cache.shape[2], "seqlen_q": q.shape[1],
                      "seqlen_k": shape.capacity}
