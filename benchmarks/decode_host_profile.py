@@ -1,6 +1,7 @@
 """Host cost of one KV-cache decode call, layer by layer (device machine): microseconds per call of a loop that
 never waits for the GPU (b1, 4k cache: the kernels take ~20 us, so the loop runs at the host's pace), for
-kernel.with_kvcache, the op, and the launcher, then a cProfile of with_kvcache's callees.
+kernel.with_kvcache (a repeated shape: the remembered path), the op (the checked path), the launcher and a
+prepared run, then a cProfile of with_kvcache's callees.
 
     python3 benchmarks/decode_host_profile.py [--calls 2000]
 """
@@ -32,30 +33,13 @@ def per_call(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def launches_only(kernel, q, k, v, used, scale):
-    """The family's launches of one prepared call (the GPU's pace when the kernels take longer than a launch)."""
-    from attngen.planning.planner_decode import decode_family
-    from attngen.runtime import decode
-
-    captured = {}
-    real = decode.DecodeCall
-
-    def keep(**kw):
-        captured["call"] = real(**kw)
-        return captured["call"]
-
-    decode.DecodeCall = keep
-    try:
-        kernel._decode(q, k, v, used, None, scale, [], [])
-    finally:
-        decode.DecodeCall = real
-    launcher = kernel._decode
-    plan = launcher.cubin(attngen.runtime.device.current_arch(q.device)).source.plan
-    family = decode_family(plan.family)
-    stream = torch.cuda.current_stream().cuda_stream
-    call = captured["call"]
-    print("splits", call.num_splits)
-    return lambda: family.launch(plan, lambda e, s: launcher._function(0, plan.arch, e, s), stream, call)
+def prepared_run(kernel, q, k, v, used, scale):
+    """A prepared call's run alone: its allocations, parameter block and launches (runtime.decode.ReadyDecode)."""
+    launcher = kernel.decode_kernels()
+    ready = launcher.ready(q, k, v, None)
+    args = launcher.args(q, [], [])
+    print("splits", ready.shape.num_splits)
+    return lambda: ready.run(q, k, v, used, None, scale, args)
 
 
 def gpu_us(fn, calls: int) -> float:
@@ -95,7 +79,12 @@ def main() -> None:
         "DecodeKernels": lambda: launcher(q, k, v, used, None, scale, [], []),
         "torch.empty x2": lambda: (torch.empty_like(q), torch.empty((1, 32, 1), device="cuda")),
     }
-    layers["launches only"] = launches_only(kernel, q, k, v, used, scale)
+    layers["ReadyDecode.run"] = prepared_run(kernel, q, k, v, used, scale)
+    layers["flash_attn_with_kvcache (compat)"] = lambda: attngen.flash_attn_with_kvcache(q, k, v, cache_seqlens=used,
+                                                                                          causal=True)
+    os.environ["ATTNGEN_TRUST_SEQLENS"] = "0"
+    print(f"{'with_kvcache, lengths checked':16s} {per_call(layers['with_kvcache'], calls // 4):8.1f} us/call")
+    os.environ["ATTNGEN_TRUST_SEQLENS"] = "1"
     for name, fn in layers.items():
         print(f"{name:16s} {per_call(fn, calls):8.1f} us/call")
     for keys in (4096, 32768, 131072):

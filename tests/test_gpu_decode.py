@@ -131,3 +131,34 @@ def test_decode_arguments_name_the_problem() -> None:
     fwd = kernel.with_kvcache(one, cache, cache, cache_seqlens=40, split_kv=False)
     dec = kernel.with_kvcache(one, cache, cache, cache_seqlens=40, split_kv=True, num_splits=3)
     assert relative_error(dec, fwd) < 4e-3
+
+
+@pytest.mark.parametrize("page", [0, 64])
+def test_repeated_shapes_run_the_remembered_call_and_stay_checked(page: int) -> None:
+    """A decode loop's later calls of one shape skip the shape checks (runtime.kvcache remembers the first):
+    fresh caches, queries and lengths still give the reference's results, lengths or table entries out of range
+    still raise, and a misaligned view of the same shape is copied, not read in place."""
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(1000 + page)
+    batch, heads, kv_heads, capacity = 3, 16, 2, 1024
+    remembered = len(kernel.decode_calls)
+    for step in range(3):
+        kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+        q = torch.randn(batch, 1, heads, 128, device="cuda", dtype=kc.dtype, generator=gen)
+        used = torch.randint(1, capacity + 1, (batch,), device="cuda", generator=gen, dtype=torch.int32)
+        k_in, v_in, table = _paged(kc, vc, page, gen) if page else (kc, vc, None)
+        out, lse = kernel.with_kvcache(q, k_in, v_in, cache_seqlens=used, block_table=table, return_lse=True)
+        _check(spec, q, kc, vc, used, out, lse, {})
+        assert len(kernel.decode_calls) == remembered + 1, f"step {step}: one remembered call for one shape"
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        kernel.with_kvcache(q, k_in, v_in, cache_seqlens=used + capacity, block_table=table)
+    if table is not None:
+        with pytest.raises(ValueError, match="block_table's entries must index"):
+            kernel.with_kvcache(q, k_in, v_in, cache_seqlens=used, block_table=table + k_in.shape[0])
+    # The same shape and strides 8 bytes off a 16-byte boundary.
+    storage = torch.empty(q.numel() + 4, device="cuda", dtype=q.dtype)
+    shifted = storage.as_strided(q.shape, q.stride(), storage_offset=4).copy_(q)
+    assert shifted.data_ptr() % 16 == 8
+    out, lse = kernel.with_kvcache(shifted, k_in, v_in, cache_seqlens=used, block_table=table, return_lse=True)
+    _check(spec, q, kc, vc, used, out, lse, {})

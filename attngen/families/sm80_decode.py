@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from ..codegen.abi import DECODE_PARAMS, layout, with_variant
+from ..codegen.abi import DECODE_PARAMS, layout
 from ..errors import PlanError
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
@@ -26,7 +26,7 @@ from ..features.mask import MASKS
 from ..features.variant import params_with_variant, variant_of
 from ..planning.archs import ArchInfo
 from ..planning.ir import DecodeCandidate, DecodePlan, DecodeTiling, SmemRegions
-from ..planning.planner_decode import MAX_DECODE_QUERY, DecodeFamily
+from ..planning.planner_decode import MAX_DECODE_QUERY, DecodeFamily, DecodeShape, LaunchStep
 from ..planning.shared import swizzle_chunks
 from ..planning.splits import MAX_SPLITS, SplitChoice, choose_splits
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, SeqlensKind
@@ -168,19 +168,17 @@ class Sm80Decode(DecodeFamily):
                 "overlap_combine": plan.overlap_combine, "max_splits": MAX_SPLITS, "params": fields,
                 "params_layout": layout(fields)}
 
-    def launch(self, plan: DecodePlan, function: Any, stream: int, call: Any) -> None:
-        from ..runtime.driver import launch
-
+    def steps(self, plan: DecodePlan, shape: DecodeShape) -> tuple[LaunchStep, ...]:
         split_entry, combine_entry = plan.entry_names
-        params = call.params(with_variant(DECODE_PARAMS, call.args.fields))
-        rows = call.heads // call.kv_heads * call.seqlen_q
-        grid = (-(-rows // BLOCK_M), call.num_splits, call.batch * call.kv_heads)
-        launch(function(split_entry, plan.smem_bytes), grid, plan.threads, stream, params)
-        if call.num_splits > 1:
-            warps = COMBINE_THREADS // 32
-            total = call.batch * call.heads * call.seqlen_q
-            launch(function(combine_entry, 0), (-(-total // warps), 1, 1), COMBINE_THREADS, stream, params,
-                   dependent=plan.overlap_combine)
+        rows = shape.heads // shape.kv_heads * shape.seqlen_q
+        split = LaunchStep(split_entry, plan.smem_bytes, (-(-rows // BLOCK_M), shape.num_splits,
+                                                          shape.batch * shape.kv_heads), plan.threads)
+        if shape.num_splits == 1:
+            return (split,)
+        total = shape.batch * shape.heads * shape.seqlen_q
+        combine = LaunchStep(combine_entry, 0, (-(-total // (COMBINE_THREADS // 32)), 1, 1), COMBINE_THREADS,
+                             dependent=plan.overlap_combine)
+        return split, combine
 
 
 #: choose_splits, remembered per shape (every decode call asks; a server repeats a few shapes).

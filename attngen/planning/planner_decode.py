@@ -8,6 +8,7 @@ the first plan. A decode plan fixes the tiles; the number of KV splits is chosen
 from __future__ import annotations
 
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from .. import families
@@ -24,6 +25,31 @@ if TYPE_CHECKING:
 #: The longest query (per sequence) a decode kernel serves: speculative decoding's drafts. Longer queries run
 #: the forward kernels.
 MAX_DECODE_QUERY = 16
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    """One kernel launch of a decode call: the entry point, its dynamic shared memory, grid and block, and
+    whether it is a programmatic dependent launch (it starts while the launch before it runs and waits for that
+    one's results itself)."""
+
+    entry: str
+    smem_bytes: int
+    grid: tuple[int, int, int]
+    threads: int
+    dependent: bool = False
+
+
+@dataclass(frozen=True)
+class DecodeShape:
+    """What a decode call's launches depend on: the batch, the query heads over the KV heads, the query rows per
+    entry and the KV splits."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    seqlen_q: int
+    num_splits: int
 
 
 class DecodeFamily(KernelFamily):
@@ -49,9 +75,9 @@ class DecodeFamily(KernelFamily):
         """What `explain` prints about the plan: tiles, budget, the split rule with examples."""
 
     @abstractmethod
-    def launch(self, plan: DecodePlan, function: Any, stream: int, call: Any) -> None:
-        """Run the split kernel (and, with more than one split, the combine kernel) of `call`
-        (a runtime.decode.DecodeCall) on `stream`; `function(entry, smem)` loads an entry point."""
+    def steps(self, plan: DecodePlan, shape: DecodeShape) -> tuple[LaunchStep, ...]:
+        """The launches of a call of `shape`, in order: the split kernel and, with more than one split, the
+        combine kernel. Every launch reads the same parameter block (abi.DECODE_PARAMS and the variant's)."""
 
 
 def decode_families() -> list[DecodeFamily]:

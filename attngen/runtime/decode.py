@@ -1,82 +1,86 @@
 """The decode launcher: short queries over a KV cache through the split-KV kernels (families/sm80_decode.py).
 
 `DecodeKernels` compiles the decode cubin of an arch on first use and loads its entry points once per device;
-a call becomes a `DecodeCall` (the tensors, the shape, the split count the family chose and the buffers of the
-splits' partials) that the family launches. The cache is read where it is: contiguous (batch, capacity,
-kv_heads, d) or a paged pool (num_blocks, page_size, kv_heads, d) through its block table.
+a call's shapes become a `ReadyDecode`: the split count the family chose, its launches with their loaded entry
+points, and a parameter block holding every field that depends only on the shapes. Running it allocates the
+outputs, writes the call's pointers into a copy of that block and launches, so a caller that repeats a shape
+(a decode loop) keeps the ReadyDecode and pays only that (runtime.kvcache). The cache is read where it is:
+contiguous (batch, capacity, kv_heads, d) or a paged pool (num_blocks, page_size, kv_heads, d) through its
+block table.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from .. import env
-from ..codegen.abi import Field, set_strides, struct_of
+from ..codegen.abi import DECODE_PARAMS, set_strides, struct_of, with_variant
+from ..planning.planner_decode import DecodeShape, LaunchStep, decode_family
 from ..spec.model import AttentionSpec
 from .backward import LazyKernels
-from .device import current_arch
-from .variant_args import VariantArgs
+from .device import current_arch, stream_handle
+from .driver import LoadedFunction, launch
+from .variant_args import VariantArgs, prepare
 
 if TYPE_CHECKING:
     import torch
 
     from ..planning.ir import DecodePlan
 
+_LOG2E = math.log2(math.e)
+
 
 @dataclass(frozen=True)
-class DecodeCall:
-    """One decode launch: q (batch, seqlen_q, heads, d) over k, v (a contiguous cache or a paged pool) of which
-    entry b uses `used[b]` keys; `table` the block table (None: contiguous) of `page_size`-row blocks."""
+class ReadyDecode:
+    """A decode call's shape-dependent work, done once: q (batch, seqlen_q, heads, d) over a contiguous cache
+    (batch, capacity, kv_heads, d) or a paged pool through a (batch, blocks) table of `page_size`-row blocks, with
+    the strides it was made for. `template` is the parameter block with every field but the pointers, the scale
+    and the variant's filled; `launches` pairs each step with its loaded entry point."""
 
-    q: Any
-    k: Any
-    v: Any
-    out: Any
-    lse: Any
-    used: Any
-    table: Any
-    page_size: int
-    capacity: int
-    softmax_scale: float
-    args: VariantArgs
-    num_splits: int
-    o_part: Any
-    lse_part: Any
+    device: Any
+    shape: DecodeShape
+    head_dim: int
+    struct: type[ctypes.Structure]
+    template: bytes
+    launches: tuple[tuple[LoadedFunction, LaunchStep], ...]
 
-    @property
-    def batch(self) -> int:
-        return int(self.q.shape[0])
+    def run(self, q: Any, k: Any, v: Any, used: Any, table: Any, softmax_scale: float, args: VariantArgs) -> Any:
+        """(out, lse) of one call of the shapes this was made for (the caller checked them): out like q,
+        lse (batch, heads, seqlen_q) in fp32."""
+        import torch
 
-    @property
-    def seqlen_q(self) -> int:
-        return int(self.q.shape[1])
-
-    @property
-    def heads(self) -> int:
-        return int(self.q.shape[2])
-
-    @property
-    def kv_heads(self) -> int:
-        return int(self.k.shape[2])
-
-    def params(self, fields: tuple[Field, ...]) -> Any:
-        """The decode parameter block of `fields` (abi.DECODE_PARAMS and the variant's)."""
-        p = struct_of(fields)(q=self.q.data_ptr(), k=self.k.data_ptr(), v=self.v.data_ptr(), o=self.out.data_ptr(),
-                              lse=self.lse.data_ptr(), seqused_k=self.used.data_ptr(), seqlen_q=self.seqlen_q,
-                              seqlen_k=self.capacity, heads=self.heads, kv_heads=self.kv_heads,
-                              scale_log2=self.softmax_scale * math.log2(math.e), batch=self.batch,
-                              num_splits=self.num_splits, page_size=self.page_size,
-                              o_part=self.o_part.data_ptr() if self.o_part is not None else 0,
-                              lse_part=self.lse_part.data_ptr() if self.lse_part is not None else 0)
-        set_strides(p, q=self.q, k=self.k, v=self.v, o=self.out)
-        p.lse_batch_stride, p.lse_head_stride = self.heads * self.seqlen_q, self.seqlen_q
-        if self.table is not None:
-            p.block_table, p.table_stride = self.table.data_ptr(), self.table.stride(0)
-        self.args.fill(p)
-        return p
+        s = self.shape
+        out = torch.empty((s.batch, s.seqlen_q, s.heads, self.head_dim), dtype=q.dtype, device=self.device)
+        lse = torch.empty((s.batch, s.heads, s.seqlen_q), dtype=torch.float32, device=self.device)
+        rows = s.batch * s.heads * s.seqlen_q
+        # The splits' partials, o_part (splits, batch, heads, seqlen_q, d) then lse_part (splits, batch, heads,
+        # seqlen_q), in one fp32 allocation.
+        part = torch.empty(s.num_splits * rows * (self.head_dim + 1), dtype=torch.float32, device=self.device) \
+            if s.num_splits > 1 else None
+        if env.poison_outputs():
+            for t in (out, lse, part):
+                if t is not None:
+                    t.fill_(math.nan)
+        if not out.numel():
+            return out, lse
+        p = self.struct.from_buffer_copy(self.template)
+        p.q, p.k, p.v, p.o, p.lse, p.seqused_k = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                                  lse.data_ptr(), used.data_ptr())
+        p.scale_log2 = softmax_scale * _LOG2E
+        if table is not None:
+            p.block_table = table.data_ptr()
+        if part is not None:
+            p.o_part = part.data_ptr()
+            p.lse_part = part.data_ptr() + s.num_splits * rows * self.head_dim * part.element_size()
+        args.fill(p)
+        stream = stream_handle(self.device.index)
+        for fn, step in self.launches:
+            launch(fn, step.grid, step.threads, stream, p, dependent=step.dependent)
+        return out, lse
 
 
 @cache
@@ -94,15 +98,10 @@ class DecodeKernels(LazyKernels):
 
         super().__init__(spec, build_decode)
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, used: torch.Tensor,
-                 table: torch.Tensor | None, softmax_scale: float, extras: list[torch.Tensor],
-                 scalars: list[float], num_splits: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """(out, lse) of q over the cache; out like q, lse (batch, heads, seqlen_q). `num_splits` 0: the family's
-        choice (planning.splits), else that many."""
-        import torch
-
-        from ..planning.planner_decode import decode_family
-        from .variant_args import prepare
+    def ready(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor | None,
+              num_splits: int = 0) -> ReadyDecode:
+        """The shape-dependent work of calls like this one. `num_splits` 0: the family's choice
+        (planning.splits), else that many."""
 
         arch = current_arch(q.device)
         plan: DecodePlan = self.cubin(arch).source.plan
@@ -111,24 +110,39 @@ class DecodeKernels(LazyKernels):
         batch, seqlen_q, heads, d = q.shape
         page = k.shape[1] if table is not None else 0
         capacity = table.shape[1] * page if table is not None else k.shape[1]
-        choice = family.splits(plan, batch=batch, kv_heads=k.shape[2], heads=heads, seqlen_q=seqlen_q,
-                               keys=capacity, num_sms=_sm_count(device))
-        if num_splits:
-            choice = replace(choice, splits=num_splits, reason="the caller's num_splits")
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-        lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-        o_part = lse_part = None
-        if choice.splits > 1:
-            o_part = torch.empty((choice.splits, batch, heads, seqlen_q, d), dtype=torch.float32, device=q.device)
-            lse_part = torch.empty((choice.splits, batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-        if env.poison_outputs():
-            for t in (out, lse, o_part, lse_part):
-                if t is not None:
-                    t.fill_(math.nan)
-        call = DecodeCall(q=q, k=k, v=v, out=out, lse=lse, used=used, table=table, page_size=page, capacity=capacity,
-                          softmax_scale=softmax_scale, args=prepare(self.variant, q, extras, scalars, batch),
-                          num_splits=choice.splits, o_part=o_part, lse_part=lse_part)
-        if out.numel():
-            stream = torch.cuda.current_stream(q.device).cuda_stream
-            family.launch(plan, lambda entry, smem: self._function(device, arch, entry, smem), stream, call)
-        return out, lse
+        splits = num_splits or family.splits(plan, batch=batch, kv_heads=k.shape[2], heads=heads,
+                                             seqlen_q=seqlen_q, keys=capacity, num_sms=_sm_count(device)).splits
+        shape = DecodeShape(batch=batch, heads=heads, kv_heads=k.shape[2], seqlen_q=seqlen_q, num_splits=splits)
+        struct = struct_of(with_variant(DECODE_PARAMS, self.variant.fields))
+        p = struct(seqlen_q=seqlen_q, seqlen_k=capacity, heads=heads, kv_heads=k.shape[2], batch=batch,
+                   num_splits=splits, page_size=page)
+        set_strides(p, q=q, k=k, v=v)
+        # out is a fresh contiguous tensor shaped like q.
+        p.o_batch_stride, p.o_row_stride, p.o_head_stride = _contiguous(q.shape)[:3]
+        p.lse_batch_stride, p.lse_head_stride = heads * seqlen_q, seqlen_q
+        if table is not None:
+            p.table_stride = table.stride(0)
+        launches = tuple((self._function(device, arch, step.entry, step.smem_bytes), step)
+                         for step in family.steps(plan, shape))
+        return ReadyDecode(device=q.device, shape=shape, head_dim=d, struct=struct,
+                           template=bytes(p), launches=launches)
+
+    def args(self, q: torch.Tensor, extras: list[torch.Tensor], scalars: list[float]) -> VariantArgs:
+        """The variant's runtime arguments of a call, prepared for the parameter block."""
+        return prepare(self.variant, q, extras, scalars, q.shape[0])
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, used: torch.Tensor,
+                 table: torch.Tensor | None, softmax_scale: float, extras: list[torch.Tensor],
+                 scalars: list[float], num_splits: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, lse) of q over the cache; out like q, lse (batch, heads, seqlen_q)."""
+        return self.ready(q, k, v, table, num_splits).run(q, k, v, used, table, softmax_scale,
+                                                          self.args(q, extras, scalars))
+
+
+def _contiguous(shape: Any) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of `shape`."""
+    strides, step = [], 1
+    for size in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(1, int(size))
+    return tuple(reversed(strides))

@@ -28,3 +28,14 @@ def _arch_of(index: int) -> Arch:
 
     major, minor = torch.cuda.get_device_capability(index)
     return Arch.from_capability(major, minor)
+
+
+def stream_handle(index: int) -> int:
+    """The CUstream handle of device `index`'s current PyTorch stream. torch.cuda.current_stream builds a Stream
+    object (~5 us a call); the raw handle is what a launch takes, and what Triton's launcher asks torch for."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(index))
+    return int(torch.cuda.current_stream(index).cuda_stream)

@@ -48,6 +48,8 @@ class AttentionKernel:
         #: The split-KV decode kernels of KV-cache calls with short queries (runtime.decode), made on first use.
         self._decode: Any = None
         self._decode_serves: dict[Arch, bool] = {}
+        #: Eager KV-cache calls already checked and prepared, by their tensors' metadata (runtime.kvcache).
+        self.decode_calls: dict[Any, Any] = {}
         from .backward import BackwardKernels
 
         #: The backward kernels, compiled on the first backward through this kernel.
@@ -117,13 +119,22 @@ class AttentionKernel:
 
     def decode_key(self) -> str:
         """The op's key of this kernel's split-KV decode kernels (compiled on the first decode call)."""
-        with self._lock:
-            if self._decode is None:
-                from .decode import DecodeKernels
-
-                self._decode = DecodeKernels(self.spec)
-                op.register_decode(f"{self.key}-decode", self._decode)
+        self.decode_kernels()
         return f"{self.key}-decode"
+
+    def decode_kernels(self) -> Any:
+        """This kernel's split-KV decode kernels (runtime.decode.DecodeKernels), made and registered with the op
+        on first use."""
+        decode = self._decode
+        if decode is None:
+            with self._lock:
+                if self._decode is None:
+                    from .decode import DecodeKernels
+
+                    self._decode = DecodeKernels(self.spec)
+                    op.register_decode(f"{self.key}-decode", self._decode)
+                decode = self._decode
+        return decode
 
     def with_kvcache(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, **kwargs: Any) -> Any:
         """Attention of q over a KV cache, as flash_attn_with_kvcache (see attngen.runtime.kvcache.attend)."""

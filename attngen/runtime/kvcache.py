@@ -7,6 +7,11 @@ The cache is either contiguous, k_cache (batch, capacity, kv_heads, head_dim), o
 pool blocks that hold entry b's keys in order. Queries of at most 16 rows run the split-KV decode kernels, which
 read either cache in place; longer ones run the forward kernels over a contiguous view (a paged cache's blocks
 gathered first).
+
+A decode loop repeats its shapes, so an eager decode call is remembered by the metadata of its tensors (shapes,
+strides, dtypes, devices) and options: a call that matches one already checked and prepared skips straight to
+its ReadyDecode (runtime.decode), checking only what can differ between such calls (the pointers' alignment and,
+unless ATTNGEN_TRUST_SEQLENS=1, the lengths' and table's values).
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ from .seqlens import check_used_keys
 if TYPE_CHECKING:
     import torch
 
+    from .decode import ReadyDecode
     from .kernel import AttentionKernel
+
+#: Remembered decode calls per kernel; past this many shapes the memory starts over.
+REMEMBERED_CALLS = 256
 
 #: Page sizes a paged cache may use (rows per block of the pool).
 PAGE_SIZES = range(16, 257, 16)
@@ -38,6 +47,25 @@ class CacheShape:
         return self.page_size > 0
 
 
+@dataclass(frozen=True)
+class RememberedCall:
+    """A checked decode call's shape-dependent results: the prepared launches, the softmax scale, and what the
+    lengths' and table's values are checked against (the cache's rows per entry, the pool's blocks)."""
+
+    ready: ReadyDecode
+    scale: float
+    capacity: int
+    blocks: int
+
+    def run(self, kernel: AttentionKernel, q: Any, k_cache: Any, v_cache: Any, used: Any, block_table: Any) -> Any:
+        if env.check_seqlens():
+            check_used_keys(used, q.shape[0], self.capacity, q.device, True)
+            if block_table is not None:
+                _check_table_values(block_table, self.blocks)
+        args = kernel.decode_kernels().args(q, [], [])
+        return self.ready.run(q, k_cache, v_cache, used, block_table, self.scale, args)
+
+
 def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
            cache_seqlens: torch.Tensor | int, k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
            block_table: torch.Tensor | None = None, softmax_scale: float | None = None, return_lse: bool = False,
@@ -53,8 +81,15 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
 
     from . import op
     from .checks import check_tensor
+    from .op import aligned_rows
     from .variant_args import validate
 
+    key = _call_key(q, k_cache, v_cache, cache_seqlens, block_table, (softmax_scale, split_kv, num_splits)) \
+        if k_new is None and v_new is None and not variant_args else None
+    remembered = kernel.decode_calls.get(key) if key is not None else None
+    if remembered is not None and _pointers_aligned(q, k_cache, v_cache):
+        out, lse = remembered.run(kernel, q, k_cache, v_cache, cache_seqlens, block_table)
+        return (out, lse) if return_lse else out
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -77,8 +112,13 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
             sizes = {"batch": q.shape[0], "heads": q.shape[2], "kv_heads": k_cache.shape[2], "seqlen_q": q.shape[1],
                      "seqlen_k": shape.capacity}
             extras, scalars = validate(kernel.variant.arguments, q, k_cache, variant_args, kernel.spec.name, sizes)
-            out, lse = op.decode_fwd(q, k_cache, v_cache, used, block_table, scale, kernel.decode_key(), extras,
-                                     scalars, num_splits)
+            if key is not None and all(aligned_rows(t) for t in (q, k_cache, v_cache)):
+                ready = _remember(kernel, key, q, k_cache, v_cache, block_table, scale, num_splits).ready
+                out, lse = ready.run(q, k_cache, v_cache, used, block_table, scale,
+                                     kernel.decode_kernels().args(q, extras, scalars))
+            else:
+                out, lse = op.decode_fwd(q, k_cache, v_cache, used, block_table, scale, kernel.decode_key(), extras,
+                                         scalars, num_splits)
             return (out, lse) if return_lse else out
         k, v = (_gather(t, block_table, shape) for t in (k_cache, v_cache))
         extras, scalars = validate(kernel.variant.arguments, q, k, variant_args, kernel.spec.name)
@@ -131,12 +171,61 @@ def _check_cache(q: Any, k_cache: Any, v_cache: Any, block_table: Any) -> CacheS
     if page not in PAGE_SIZES:
         raise ValueError(f"a paged cache's page_size (k_cache.shape[1]) must be a multiple of 16 from 16 to 256, "
                          f"got {page}")
-    if env.check_seqlens() and block_table.numel():
-        lo, hi = int(block_table.min()), int(block_table.max())
-        if lo < 0 or hi >= k_cache.shape[0]:
-            raise ValueError(f"block_table's entries must index the pool's {k_cache.shape[0]} blocks, got values "
-                             f"from {lo} to {hi}")
+    if env.check_seqlens():
+        _check_table_values(block_table, k_cache.shape[0])
     return CacheShape(capacity=block_table.shape[1] * page, page_size=page)
+
+
+def _check_table_values(block_table: Any, blocks: int) -> None:
+    """Every entry of the block table indexes one of the pool's `blocks` blocks (one sync)."""
+    if block_table.numel():
+        lo, hi = int(block_table.min()), int(block_table.max())
+        if lo < 0 or hi >= blocks:
+            raise ValueError(f"block_table's entries must index the pool's {blocks} blocks, got values "
+                             f"from {lo} to {hi}")
+
+
+def _call_key(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any,
+              options: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What an eager decode call's checks and launches depend on, beside the pointers and values: each tensor's
+    shape, strides, dtype and device, and the call's options (with their types: True is not 1 here). None (the
+    checked path) while torch.compile traces, and for anything but plain tensors (subclasses, an int
+    cache_seqlens) and plain options."""
+    import torch
+
+    if torch.compiler.is_compiling() or any(type(o) not in _OPTION_TYPES for o in options):
+        return None
+    key: list[Any] = [tuple((type(o), o) for o in options)]
+    for t in (q, k_cache, v_cache, cache_seqlens, block_table):
+        if type(t) is torch.Tensor:
+            key.append((t.shape, t.stride(), t.dtype, t.device))
+        elif t is block_table is None:
+            key.append(None)
+        else:
+            return None
+    return tuple(key)
+
+
+#: The option types a remembered call's key holds (anything else takes the checked path, which says what is wrong).
+_OPTION_TYPES = (type(None), bool, int, float)
+
+
+def _pointers_aligned(*tensors: Any) -> bool:
+    """The kernels read 16-byte aligned rows (the strides are in the call's key; the pointers can differ)."""
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _remember(kernel: AttentionKernel, key: tuple[Any, ...], q: Any, k_cache: Any, v_cache: Any, block_table: Any,
+              scale: float, num_splits: int) -> RememberedCall:
+    """Prepare a checked call's launches (its tensors' rows aligned) and keep them under its key."""
+    ready = kernel.decode_kernels().ready(q, k_cache, v_cache, block_table, num_splits)
+    blocks = k_cache.shape[0] if block_table is not None else 0
+    capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
+    remembered = RememberedCall(ready=ready, scale=scale, capacity=capacity, blocks=blocks)
+    if len(kernel.decode_calls) >= REMEMBERED_CALLS:
+        kernel.decode_calls.clear()
+    kernel.decode_calls[key] = remembered
+    return remembered
 
 
 def _lengths(cache_seqlens: Any, q: Any) -> Any:

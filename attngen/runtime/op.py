@@ -48,12 +48,12 @@ def _usable(t: Any) -> Any:
     """A tensor the kernels can read: 16-byte aligned rows with a contiguous last dim, else a copy."""
     import torch
 
-    if t.stride(-1) == 1 and _aligned(t):
+    if t.stride(-1) == 1 and aligned_rows(t):
         return t
     return torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
 
 
-def _aligned(t: "torch.Tensor") -> bool:
+def aligned_rows(t: "torch.Tensor") -> bool:
     """cp.async moves 16 bytes: the base and every row start must be 16-byte aligned."""
     return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
 
