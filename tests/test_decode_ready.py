@@ -46,14 +46,13 @@ def ready_env(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     monkeypatch.setattr(decode, "current_arch", lambda device=None: Arch.sm90)
     monkeypatch.setattr(decode, "_sm_count", lambda index: 132)
     monkeypatch.setattr(decode.DecodeKernels, "_function",
-                        lambda self, index, arch, entry, smem: LoadedFunction(entry, None, None, smem))
+                        lambda self, index, arch, entry, smem: LoadedFunction(entry, None, 4096, smem))
     monkeypatch.setattr(decode, "stream_handle", lambda index: 77)
 
-    def record(fn: LoadedFunction, grid: tuple[int, int, int], threads: int, stream: int, params: ctypes.Structure,
-               *, dependent: bool = False) -> None:
-        launched.append((fn.name, grid, threads, stream, bytes(params), dependent))
+    def record(self: decode.PreparedLaunch, stream: int, params: ctypes.Structure) -> None:
+        launched.append((self.fn.name, self.grid, self.threads, stream, bytes(params), self.dependent))
 
-    monkeypatch.setattr(decode, "launch", record)
+    monkeypatch.setattr(decode.PreparedLaunch, "__call__", record)
     return launched
 
 
@@ -147,3 +146,17 @@ def test_call_key_sends_anything_unusual_down_the_checked_path(monkeypatch: pyte
     assert _call(q, k, used, options=(torch.tensor(1.0), None, 0)) is None
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert _call(q, k, used) is None
+
+
+def test_a_prepared_dependent_launch_keeps_its_configuration() -> None:
+    from attngen.runtime.driver import PreparedLaunch
+
+    fn = LoadedFunction("combine", None, 4096, 2048)
+    dependent = PreparedLaunch(fn, (7, 2, 3), 128, dependent=True)
+    config = dependent._config
+    assert config is not None
+    assert (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.sharedMemBytes,
+            config.numAttrs) == (7, 2, 3, 128, 2048, 1)
+    # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, allowed.
+    assert (config.attrs[0].id, config.attrs[0].value[0]) == (6, 1)
+    assert PreparedLaunch(fn, (7, 2, 3), 128)._config is None

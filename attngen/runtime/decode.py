@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import env
 from ..codegen.abi import DECODE_PARAMS, set_strides, struct_of, with_variant
-from ..planning.planner_decode import DecodeShape, LaunchStep, decode_family
+from ..planning.planner_decode import DecodeShape, decode_family
 from ..spec.model import AttentionSpec
 from .backward import LazyKernels
 from .device import current_arch, stream_handle
-from .driver import LoadedFunction, launch
+from .driver import PreparedLaunch
 from .variant_args import VariantArgs, prepare
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class ReadyDecode:
     head_dim: int
     struct: type[ctypes.Structure]
     template: bytes
-    launches: tuple[tuple[LoadedFunction, LaunchStep], ...]
+    launches: tuple[PreparedLaunch, ...]
 
     def run(self, q: Any, k: Any, v: Any, used: Any, table: Any, softmax_scale: float, args: VariantArgs) -> Any:
         """(out, lse) of one call of the shapes this was made for (the caller checked them): out like q,
@@ -78,8 +78,8 @@ class ReadyDecode:
             p.lse_part = part.data_ptr() + s.num_splits * rows * self.head_dim * part.element_size()
         args.fill(p)
         stream = stream_handle(self.device.index)
-        for fn, step in self.launches:
-            launch(fn, step.grid, step.threads, stream, p, dependent=step.dependent)
+        for launch in self.launches:
+            launch(stream, p)
         return out, lse
 
 
@@ -122,8 +122,8 @@ class DecodeKernels(LazyKernels):
         p.lse_batch_stride, p.lse_head_stride = heads * seqlen_q, seqlen_q
         if table is not None:
             p.table_stride = table.stride(0)
-        launches = tuple((self._function(device, arch, step.entry, step.smem_bytes), step)
-                         for step in family.steps(plan, shape))
+        launches = tuple(PreparedLaunch(self._function(device, arch, step.entry, step.smem_bytes), step.grid,
+                                        step.threads, step.dependent) for step in family.steps(plan, shape))
         return ReadyDecode(device=q.device, shape=shape, head_dim=d, struct=struct,
                            template=bytes(p), launches=launches)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -33,9 +34,13 @@ def _arch_of(index: int) -> Arch:
 def stream_handle(index: int) -> int:
     """The CUstream handle of device `index`'s current PyTorch stream. torch.cuda.current_stream builds a Stream
     object (~5 us a call); the raw handle is what a launch takes, and what Triton's launcher asks torch for."""
+    return int(_raw_stream()(index))
+
+
+@cache
+def _raw_stream() -> Callable[[int], int]:
+    """torch's raw current-stream accessor, or the public API's equivalent where this torch lacks it."""
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return int(raw(index))
-    return int(torch.cuda.current_stream(index).cuda_stream)
+    return raw if raw is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)

@@ -78,23 +78,39 @@ def launch(fn: LoadedFunction, grid: tuple[int, int, int], threads: int, stream:
            params: ctypes.Structure, *, dependent: bool = False) -> None:
     """Launch with one by-value struct parameter on the given CUstream handle. `dependent`: a programmatic
     dependent launch (sm90+): the kernel may start while the one before it on the stream runs, and waits for
-    that one's results itself (griddepcontrol.wait) before reading them.
+    that one's results itself (griddepcontrol.wait) before reading them."""
+    PreparedLaunch(fn, grid, threads, dependent)(stream, params)
 
-    The call goes to the driver library through ctypes: cuda.bindings' wrappers convert every argument and
-    cost ~17 us a launch, more than a decode kernel over a short cache takes."""
-    lib = _libcuda()
-    arg_ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    function = fn.handle
-    if dependent:
-        config = _LaunchConfig(grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes, stream,
-                               ctypes.pointer(_SERIALIZATION_ALLOWED), 1)
-        err = lib.cuLaunchKernelEx(ctypes.byref(config), function, arg_ptrs, None)
-    else:
-        err = lib.cuLaunchKernel(function, grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes, stream,
-                                 arg_ptrs, None)
-    if err:
-        driver = _driver()
-        check_result((driver.CUresult(err),), f"launching {fn.name}")
+
+class PreparedLaunch:
+    """One entry point's launch with its grid, block and shared memory fixed: a call gives the stream and the
+    parameter block. The call goes to the driver library through ctypes (cuda.bindings' wrappers convert every
+    argument and cost ~17 us a launch, more than a decode kernel over a short cache takes), with the launch
+    configuration built once."""
+
+    def __init__(self, fn: LoadedFunction, grid: tuple[int, int, int], threads: int, dependent: bool = False):
+        self.fn = fn
+        self.grid = grid
+        self.threads = threads
+        self.dependent = dependent
+        self._handle = fn.handle
+        self._config = _LaunchConfig(grid[0], grid[1], grid[2], threads, 1, 1, fn.smem_bytes, None,
+                                     ctypes.pointer(_SERIALIZATION_ALLOWED), 1) if dependent else None
+
+    def __call__(self, stream: int, params: ctypes.Structure) -> None:
+        lib = _libcuda()
+        arg_ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+        if self._config is not None:
+            config = _LaunchConfig.from_buffer_copy(self._config)   # a copy per call: threads share this launch
+            config.hStream = stream
+            err = lib.cuLaunchKernelEx(ctypes.byref(config), self._handle, arg_ptrs, None)
+        else:
+            g = self.grid
+            err = lib.cuLaunchKernel(self._handle, g[0], g[1], g[2], self.threads, 1, 1, self.fn.smem_bytes, stream,
+                                     arg_ptrs, None)
+        if err:
+            driver = _driver()
+            check_result((driver.CUresult(err),), f"launching {self.fn.name}")
 
 
 class _LaunchAttribute(ctypes.Structure):

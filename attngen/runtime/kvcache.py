@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from .decode import ReadyDecode
     from .kernel import AttentionKernel
+    from .variant_args import VariantArgs
 
 #: Remembered decode calls per kernel; past this many shapes the memory starts over.
 REMEMBERED_CALLS = 256
@@ -49,21 +50,22 @@ class CacheShape:
 
 @dataclass(frozen=True)
 class RememberedCall:
-    """A checked decode call's shape-dependent results: the prepared launches, the softmax scale, and what the
-    lengths' and table's values are checked against (the cache's rows per entry, the pool's blocks)."""
+    """A checked decode call's shape-dependent results: the prepared launches, the softmax scale, the variant's
+    prepared arguments (a remembered call passes none: only computed ones, which depend on its shapes), and what
+    the lengths' and table's values are checked against (the cache's rows per entry, the pool's blocks)."""
 
     ready: ReadyDecode
     scale: float
+    args: VariantArgs
     capacity: int
     blocks: int
 
-    def run(self, kernel: AttentionKernel, q: Any, k_cache: Any, v_cache: Any, used: Any, block_table: Any) -> Any:
+    def run(self, q: Any, k_cache: Any, v_cache: Any, used: Any, block_table: Any) -> Any:
         if env.check_seqlens():
             check_used_keys(used, q.shape[0], self.capacity, q.device, True)
             if block_table is not None:
                 _check_table_values(block_table, self.blocks)
-        args = kernel.decode_kernels().args(q, [], [])
-        return self.ready.run(q, k_cache, v_cache, used, block_table, self.scale, args)
+        return self.ready.run(q, k_cache, v_cache, used, block_table, self.scale, self.args)
 
 
 def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
@@ -88,7 +90,7 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
         if k_new is None and v_new is None and not variant_args else None
     remembered = kernel.decode_calls.get(key) if key is not None else None
     if remembered is not None and _pointers_aligned(q, k_cache, v_cache):
-        out, lse = remembered.run(kernel, q, k_cache, v_cache, cache_seqlens, block_table)
+        out, lse = remembered.run(q, k_cache, v_cache, cache_seqlens, block_table)
         return (out, lse) if return_lse else out
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor):
@@ -113,9 +115,8 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
                      "seqlen_k": shape.capacity}
             extras, scalars = validate(kernel.variant.arguments, q, k_cache, variant_args, kernel.spec.name, sizes)
             if key is not None and all(aligned_rows(t) for t in (q, k_cache, v_cache)):
-                ready = _remember(kernel, key, q, k_cache, v_cache, block_table, scale, num_splits).ready
-                out, lse = ready.run(q, k_cache, v_cache, used, block_table, scale,
-                                     kernel.decode_kernels().args(q, extras, scalars))
+                remembered = _remember(kernel, key, q, k_cache, v_cache, block_table, scale, num_splits)
+                out, lse = remembered.ready.run(q, k_cache, v_cache, used, block_table, scale, remembered.args)
             else:
                 out, lse = op.decode_fwd(q, k_cache, v_cache, used, block_table, scale, kernel.decode_key(), extras,
                                          scalars, num_splits)
@@ -218,10 +219,11 @@ def _pointers_aligned(*tensors: Any) -> bool:
 def _remember(kernel: AttentionKernel, key: tuple[Any, ...], q: Any, k_cache: Any, v_cache: Any, block_table: Any,
               scale: float, num_splits: int) -> RememberedCall:
     """Prepare a checked call's launches (its tensors' rows aligned) and keep them under its key."""
-    ready = kernel.decode_kernels().ready(q, k_cache, v_cache, block_table, num_splits)
+    decode = kernel.decode_kernels()
     blocks = k_cache.shape[0] if block_table is not None else 0
     capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
-    remembered = RememberedCall(ready=ready, scale=scale, capacity=capacity, blocks=blocks)
+    remembered = RememberedCall(ready=decode.ready(q, k_cache, v_cache, block_table, num_splits), scale=scale,
+                                args=decode.args(q, [], []), capacity=capacity, blocks=blocks)
     if len(kernel.decode_calls) >= REMEMBERED_CALLS:
         kernel.decode_calls.clear()
     kernel.decode_calls[key] = remembered
