@@ -538,10 +538,15 @@ def test_backward_report_renders_ratios(tmp_path: Path) -> None:
         return {"bwd_ms": 1.0, "bwd_tflops": bwd, "fwdbwd_ms": 1.0, "fwdbwd_tflops": both, "dq_rel_err": 1e-3}
 
     row = {"head_dim": 128, "seqlen": 8192, "causal": False, "dtype": "bf16", "attngen": impl(400, 380),
-           "attngen_deterministic": impl(200, 190), "flash": impl(300, 320), "cudnn": impl(500, 520)}
+           "attngen_deterministic": impl(200, 190), "flash": impl(300, 320), "cudnn": impl(500, 520),
+           "fa4": impl(800, 760)}
     text = backward.markdown([row], "# t")
-    assert "| 128 | 8192 | no | 400 | 300 | 500 | 1.33 | 0.80 | 0.50 | 380 | 320 | 520 | 1.19 | 0.73 |" in text
-    assert "x1.33 flash" in backward.line(row) and "deterministic x0.50" in backward.line(row)
+    assert "| bwd attngen | flash | cudnn | fa4 | x flash | x cudnn | x fa4 | deterministic / default |" in text
+    assert ("| 128 | 8192 | no | 400 | 300 | 500 | 800 | 1.33 | 0.80 | 0.50 | 0.50 | 380 | 320 | 520 | 760 | 1.19 | "
+            "0.73 | 0.50 |") in text
+    assert all(len(line.split("|")) == len(text.splitlines()[4].split("|")) for line in text.splitlines()[5:])
+    assert "x1.33 flash" in backward.line(row) and "x0.50 fa4" in backward.line(row)
+    assert "deterministic x0.50" in backward.line(row)
     failed = {**row, "cudnn": {"error": "no kernel"}}
     assert "nan" in backward.markdown([failed], "# t")
     paths = backward.write([row], tmp_path / "bwd", {"gpu": "NVIDIA H100", "line": "x"})
@@ -568,3 +573,35 @@ def test_backward_runs_on_the_forward_harness(monkeypatch: pytest.MonkeyPatch) -
     assert [(r["head_dim"], r["causal"], r["seqlen"]) for r in rows] == [
         (d, c, s) for d in (64, 128) for c in (False, True) for s in (2048, 8192)]
     assert len(lines) == len(rows)
+
+
+def test_fa4_is_a_peer_where_it_imports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FlashAttention-4 (flash_attn.cute) runs forward and backward beside the SDPA backends when it imports, on
+    q, k, v in their own layout; where it does not, the peer is Unavailable (a row's note), not a failure."""
+    import sys
+    import types
+
+    from attngen.bench import backward
+
+    assert "fa4" in model.PEERS and "fa4" in backward.PEERS
+    (impl,) = peers.make_peers(("fa4",))
+    cfg = Config(head_dim=64, seqlen=128, causal=True)
+    q = torch.randn(1, 128, 2, 64)
+    monkeypatch.setitem(sys.modules, "flash_attn", None)   # an import of it fails
+    with pytest.raises(peers.Unavailable, match="flash_attn.cute does not import"):
+        impl.prepare(cfg, q, q, q)
+    calls: list[dict[str, Any]] = []
+
+    def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> Any:
+        calls.append({"shape": tuple(q.shape), "causal": causal})
+        return q * 2, torch.zeros(1)
+
+    package = types.ModuleType("flash_attn")
+    cute = types.ModuleType("flash_attn.cute")
+    cute.flash_attn_func = flash_attn_func  # type: ignore[attr-defined]
+    package.cute = cute  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flash_attn", package)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    assert torch.equal(impl.prepare(cfg, q, q, q)(), q * 2)
+    assert torch.equal(backward._impl("fa4", None, False)(q, q, q), q * 2)
+    assert calls == [{"shape": (1, 128, 2, 64), "causal": True}, {"shape": (1, 128, 2, 64), "causal": False}]

@@ -1,5 +1,6 @@
 """The backward benchmark (`attngen bench --backward`): backward and forward+backward against the SDPA
-flash (FlashAttention-2) and cuDNN backends, and attngen's deterministic mode as a ratio to its default.
+flash (FlashAttention-2) and cuDNN backends and FlashAttention-4 (flash_attn.cute, where it imports), and
+attngen's deterministic mode as a ratio to its default.
 
 The forward benchmark's harness: its configurations (model.Config, FlashAttention-3 paper settings), its
 timer (measure.time_ms) and its SDPA backends (peers.SDPA_BACKENDS); backward FLOPs = 2.5 x forward,
@@ -17,20 +18,23 @@ from typing import Any
 
 from .measure import time_ms, torch_dtype
 from .model import Config, grid
-from .peers import SDPA_BACKENDS
+from .peers import SDPA_BACKENDS, fa4, first
 
-PEERS = ("flash", "cudnn")
+PEERS = ("flash", "cudnn", "fa4")
 #: dQ relative error a timed implementation must stay under (bf16 and fp16).
 TOLERANCE = 2e-2
 
 
 def _impl(kind: str, kernel: Any, causal: bool) -> Callable[..., Any]:
-    """q, k, v (batch, seqlen, heads, head_dim) -> out, through attngen or one SDPA backend."""
+    """q, k, v (batch, seqlen, heads, head_dim) -> out, through attngen, FlashAttention-4 or one SDPA backend."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     if kind.startswith("attngen"):
         return lambda q, k, v: kernel(q, k, v)
+    if kind == "fa4":
+        attend = fa4().flash_attn_func
+        return lambda q, k, v: first(attend(q, k, v, causal=causal))
     backend = getattr(SDPBackend, SDPA_BACKENDS[kind])
 
     def run(q: Any, k: Any, v: Any) -> Any:
@@ -107,7 +111,12 @@ def _row(cfg: Config, dtype: str, kernels: dict[str, Any]) -> dict[str, Any]:
     dout = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype))
     row: dict[str, Any] = {"head_dim": cfg.head_dim, "seqlen": cfg.seqlen, "causal": cfg.causal, "dtype": dtype}
     for kind in ("attngen", "attngen_deterministic", *PEERS):
-        row[kind] = measure(kind, _impl(kind, kernels.get(kind), cfg.causal), q, k, v, dout, cfg.causal, cfg.flops)
+        try:
+            fwd = _impl(kind, kernels.get(kind), cfg.causal)
+        except Exception as exc:  # a peer that does not import here is recorded, not fatal
+            row[kind] = {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+            continue
+        row[kind] = measure(kind, fwd, q, k, v, dout, cfg.causal, cfg.flops)
     return row
 
 
@@ -116,26 +125,34 @@ def _get(row: dict[str, Any], kind: str, key: str) -> float:
 
 
 def line(row: dict[str, Any]) -> str:
-    a, f, c = (_get(row, k, "bwd_tflops") for k in ("attngen", "flash", "cudnn"))
+    a = _get(row, "attngen", "bwd_tflops")
     det = _get(row, "attngen_deterministic", "bwd_tflops")
+    peers = " ".join(f"{p} {_get(row, p, 'bwd_tflops'):.0f}" for p in PEERS)
+    ratios = ", ".join(f"x{a / _get(row, p, 'bwd_tflops'):.2f} {p}" for p in PEERS)
     both = _get(row, "attngen", "fwdbwd_tflops") / _get(row, "flash", "fwdbwd_tflops")
     return (f"bwd hd{row['head_dim']} s{row['seqlen']} {'causal' if row['causal'] else 'full'}: attngen {a:.0f} "
-            f"flash {f:.0f} cudnn {c:.0f} TFLOP/s, x{a / f:.2f} flash, x{a / c:.2f} cudnn; deterministic "
-            f"x{det / a:.2f}; fwd+bwd x{both:.2f} flash")
+            f"{peers} TFLOP/s, {ratios}; deterministic x{det / a:.2f}; fwd+bwd x{both:.2f} flash")
 
 
 def markdown(rows: list[dict[str, Any]], header: str) -> str:
+    """One row per configuration: backward TFLOP/s of attngen and each peer, attngen's ratio to each, the
+    deterministic mode's ratio, then the same for forward+backward (NaN: the peer did not run; bwd.json says why)."""
+    def block(r: dict[str, Any], key: str) -> list[str]:
+        a = _get(r, "attngen", key)
+        return [f"{a:.0f}", *(f"{_get(r, p, key):.0f}" for p in PEERS), *(f"{a / _get(r, p, key):.2f}" for p in PEERS)]
+
+    names = " | ".join(PEERS)
+    ratios = " | ".join(f"x {p}" for p in PEERS)
+    cols = 3 + 2 * (1 + 2 * len(PEERS)) + 1
     out = [header, "", "TFLOP/s (backward: 2.5 x forward FLOPs; forward+backward: 3.5 x) and attngen's ratios.", "",
-           "| hd | seqlen | causal | bwd attngen | bwd flash | bwd cudnn | x flash | x cudnn | deterministic / default "
-           "| fwd+bwd attngen | fwd+bwd flash | fwd+bwd cudnn | x flash | x cudnn |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           f"| hd | seqlen | causal | bwd attngen | {names} | {ratios} | deterministic / default "
+           f"| fwd+bwd attngen | {names} | {ratios} |",
+           "|" + "---|" * cols]
     for r in rows:
-        a, f, c = (_get(r, k, "bwd_tflops") for k in ("attngen", "flash", "cudnn"))
-        fa, ff, fc = (_get(r, k, "fwdbwd_tflops") for k in ("attngen", "flash", "cudnn"))
-        det = _get(r, "attngen_deterministic", "bwd_tflops")
-        out.append(f"| {r['head_dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | {a:.0f} | {f:.0f} | "
-                   f"{c:.0f} | {a / f:.2f} | {a / c:.2f} | {det / a:.2f} | {fa:.0f} | {ff:.0f} | {fc:.0f} | "
-                   f"{fa / ff:.2f} | {fa / fc:.2f} |")
+        det = _get(r, "attngen_deterministic", "bwd_tflops") / _get(r, "attngen", "bwd_tflops")
+        cells = [str(r["head_dim"]), str(r["seqlen"]), "yes" if r["causal"] else "no", *block(r, "bwd_tflops"),
+                 f"{det:.2f}", *block(r, "fwdbwd_tflops")]
+        out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 

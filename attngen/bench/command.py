@@ -49,7 +49,7 @@ def bench(
     causal: Annotated[str, typer.Option("--causal", help="both, yes or no.")] = "both",
     dtype: Annotated[str, typer.Option("--dtype", help="bf16 or fp16.")] = "bf16",
     peers: Annotated[str | None, typer.Option(
-        "--peers", metavar="LIST", help="Peers, comma separated, from flash,cudnn,efficient,flex (or none; default "
+        "--peers", metavar="LIST", help="Peers, comma separated, from flash,cudnn,efficient,flex,fa4 (or none; default "
                                         "all); --decode: flash,cudnn,fa4; --varlen: flash,fa4.")] = None,
     budget_s: Annotated[float | None, typer.Option(
         "--budget-s", help="Skip the configs left once this many seconds have passed (reports still written).")
@@ -111,7 +111,7 @@ def bench(
         _seqlens_suite(decode, varlen, locals())
         return
     head_dims = head_dims or "64,128,256"
-    peers = peers or "flash,cudnn,efficient,flex"
+    peers = peers or "flash,cudnn,efficient,flex,fa4"
     if merge:
         _merge(merge, out)
         return

@@ -16,16 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import measure, seqlens
+from . import measure, peers, seqlens
+from .peers import Unavailable
+from .peers import first as _first
 from .seqlens import DecodeOptions, DecodePoint
 
 Log = Callable[[str], None]
 Fn = Callable[[], Any]
 SDPA = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
-
-
-class Unavailable(Exception):
-    """The implementation cannot run this point here; the message says why."""
 
 
 def run(options: DecodeOptions, log: Log = print) -> tuple[Path, list[Path], float]:
@@ -197,10 +195,7 @@ def _sdpa(backend_name: str, q: Any, k: Any, v: Any, group: int) -> tuple[Fn, di
 def _fa4(q: Any, k: Any, v: Any, used: Any) -> tuple[Fn, dict[str, Any]]:
     """flash_attn.cute's flash_attn_with_kvcache, else its flash_attn_varlen_func with seqused_k (batched q and
     cache); Unavailable when it has neither."""
-    try:
-        import flash_attn.cute as fa4
-    except Exception as exc:  # absent, or its CUDA toolchain is
-        raise Unavailable(f"flash_attn.cute does not import ({type(exc).__name__}: {exc})") from None
+    fa4 = peers.fa4()
     if hasattr(fa4, "flash_attn_with_kvcache"):
         kvcache = fa4.flash_attn_with_kvcache
         return lambda: _first(kvcache(q, k, v, cache_seqlens=used)), {"entry": "flash_attn_with_kvcache"}
@@ -208,7 +203,3 @@ def _fa4(q: Any, k: Any, v: Any, used: Any) -> tuple[Fn, dict[str, Any]]:
     if varlen is None or "seqused_k" not in inspect.signature(varlen).parameters:
         raise Unavailable("flash_attn.cute has no flash_attn_with_kvcache and no flash_attn_varlen_func(seqused_k=)")
     return lambda: _first(varlen(q, k, v, seqused_k=used, causal=False)), {"entry": "flash_attn_varlen_func"}
-
-
-def _first(out: Any) -> Any:
-    return out[0] if isinstance(out, tuple) else out

@@ -31,6 +31,7 @@ from ..expr.nodes import BoolOp, Call, Compare, Const, IfExp, Not, TensorRef, Ty
 from ..features.variant import Variant, variant_of
 from ..spec.model import AttentionSpec
 from ..spec.variant import MaskKind, SinksKind
+from .peers import Unavailable, fa4
 
 if TYPE_CHECKING:
     import torch
@@ -301,10 +302,6 @@ def equivalent(variant: Variant, closure: Closure, sinks: Any = None) -> FlexEqu
 # ---- FlashAttention-4 ------------------------------------------------------------------------------------------
 
 
-class Unavailable(Exception):
-    """The implementation has no equivalent of the variant here."""
-
-
 def fa4_kwargs(spec: AttentionSpec, params: Sequence[str]) -> dict[str, Any]:
     """flash_attn.cute.flash_attn_func's keywords for the variant (`learnable_sink` True: pass the sinks);
     Unavailable when it has none (params: the names its signature takes)."""
@@ -384,11 +381,9 @@ def prepare_flex(spec: AttentionSpec, x: Inputs) -> Prepared:
 
 def prepare_fa4(spec: AttentionSpec, x: Inputs) -> Prepared:
     """flash_attn.cute.flash_attn_func with the variant's keywords; Unavailable without it or without them."""
-    try:
-        from flash_attn.cute import flash_attn_func
-    except Exception as exc:  # absent, or its CUDA toolchain is: no FA4 row
-        raise Unavailable(f"flash_attn.cute does not import ({type(exc).__name__}: {exc})") from None
     import torch
+
+    flash_attn_func = fa4().flash_attn_func
 
     kw = fa4_kwargs(spec, list(inspect.signature(flash_attn_func).parameters))
     if kw.get("learnable_sink"):

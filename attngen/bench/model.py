@@ -18,7 +18,7 @@ TOKENS = 16384
 HIDDEN = 2048
 #: `--quick`: head dim -> seqlens (both causal modes of each).
 QUICK: dict[int, tuple[int, ...]] = {64: (2048, 8192), 128: (2048, 8192, 16384), 256: (2048, 8192)}
-PEERS: tuple[str, ...] = ("flash", "cudnn", "efficient", "flex")
+PEERS: tuple[str, ...] = ("flash", "cudnn", "efficient", "flex", "fa4")
 IMPLS: tuple[str, ...] = ("attngen", *PEERS)
 #: Largest relative error (float64 reference, L2 norm) an output may have and still be timed.
 TOLERANCE: dict[str, float] = {"bf16": 2e-2, "fp16": 1e-2}

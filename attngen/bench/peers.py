@@ -1,4 +1,5 @@
-"""The implementations under test: attngen, torch SDPA's flash / cuDNN / efficient backends, FlexAttention.
+"""The implementations under test: attngen, torch SDPA's flash / cuDNN / efficient backends, FlexAttention and
+FlashAttention-4 (`flash_attn.cute`, pip flash-attn-4) where it imports.
 
 Each one's `prepare(cfg, q, k, v)` returns a callable that runs one forward pass of the same inputs
 (q, k, v of shape (batch, seqlen, heads, head_dim)) and gives the output in that layout. SDPA takes
@@ -184,9 +185,37 @@ class FlexImpl:
         return lambda: flex(qt, kt, vt, block_mask=block_mask).transpose(1, 2)
 
 
+# ---- FlashAttention-4 ---------------------------------------------------------------------------
+
+
+def fa4() -> Any:
+    """The flash_attn.cute module (FlashAttention-4); Unavailable when it, or the CUDA toolchain it needs, does
+    not import."""
+    try:
+        import flash_attn.cute as module
+    except Exception as exc:  # absent, or its CUDA toolchain is
+        raise Unavailable(f"flash_attn.cute does not import ({type(exc).__name__}: {exc})") from None
+    return module
+
+
+def first(out: Any) -> Any:
+    """The output of a call that may also return its LSE."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+class Fa4Impl:
+    """FlashAttention-4's flash_attn_func on q, k, v in their own (batch, seqlen, heads, head_dim) layout (FA4's)."""
+
+    name = "fa4"
+
+    def prepare(self, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Forward:
+        attend = fa4().flash_attn_func
+        return lambda: first(attend(q, k, v, causal=cfg.causal))
+
+
 def make_peers(names: tuple[str, ...]) -> list[Impl]:
     """The peer implementations named (from model.PEERS), in that order."""
     out: list[Impl] = []
     for name in names:
-        out.append(FlexImpl() if name == "flex" else SdpaImpl(name))
+        out.append(FlexImpl() if name == "flex" else Fa4Impl() if name == "fa4" else SdpaImpl(name))
     return out

@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import measure, seqlens
-from .decode import Unavailable, _first
+from . import measure, peers, seqlens
+from .peers import Unavailable
+from .peers import first as _first
 from .seqlens import VarlenOptions
 
 Log = Callable[[str], None]
@@ -187,9 +188,6 @@ def _torch_varlen(cu: Any, longest: int) -> Step:
 
 
 def _fa4_varlen(cu: Any, longest: int) -> Step:
-    try:
-        from flash_attn.cute import flash_attn_varlen_func
-    except Exception as exc:  # absent, or its CUDA toolchain is
-        raise Unavailable(f"flash_attn.cute does not import ({type(exc).__name__}: {exc})") from None
+    flash_attn_varlen_func = peers.fa4().flash_attn_varlen_func
     return lambda q, k, v: _first(flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu,
                                                          max_seqlen_q=longest, max_seqlen_k=longest, causal=True))
