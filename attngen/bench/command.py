@@ -61,7 +61,7 @@ def bench(
         "--merge", metavar="JSON", help="No GPU: merge these bench.json files (repeatable) and write the "
                                         "reports to --out.")] = None,
     backward: Annotated[bool, typer.Option(
-        "--backward", help="Backward and forward+backward against flash and cuDNN, and the deterministic "
+        "--backward", help="Backward and forward+backward against flash, cuDNN and fa4, and the deterministic "
                            "mode's ratio (bwd.json, bwd.md; default seqlens 2k..16k).")] = False,
     variant: Annotated[list[str] | None, typer.Option(
         "--variant", metavar="SPEC", help="Time this spec (a YAML path or a catalogue name; repeatable) against "
