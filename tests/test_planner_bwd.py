@@ -111,3 +111,17 @@ def test_backward_layouts_are_computed_once() -> None:
         assert t.smem.total_bytes == t.smem_bytes
     assert [name for name, _ in tilings[0].smem.offsets] == ["K", "V", "Stages", "DS"]
     assert [name for name, _ in tilings[2].smem.offsets][:4] == ["K", "V", "Q", "DO"]
+
+
+@pytest.mark.parametrize(("head_dim", "mask", "first"), [(128, "none", True), (128, "causal", False),
+                                                         (128, "sliding_window", False), (64, "none", False)])
+def test_hopper_backward_issues_dq_before_dk_where_it_measured_faster(head_dim: int, mask: str, first: bool) -> None:
+    """dV, dQ, then dK (dQ staged while dK runs) for unmasked specs with dV and dK fed from registers; the step's
+    order reaches the kernel as kDqBeforeDk."""
+    from attngen.codegen.renderer import render
+
+    extra = {"window": [64, 0]} if mask == "sliding_window" else {}
+    spec = AttentionSpec.model_validate({"head_dim": head_dim, "dtype": "bf16", "mask": mask, **extra})
+    plan = plan_bwd(spec, Arch.sm90)
+    assert isinstance(plan, HopperBwdPlan) and plan.dkdv_wgmma.dq_before_dk is first
+    assert f"constexpr bool kDqBeforeDk = {'true' if first else 'false'};" in render(plan).code

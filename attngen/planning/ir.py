@@ -239,6 +239,8 @@ class HopperBwdTiling(_Frozen):
     dq_query_step: int
     #: dV and dK take P^T and dS^T from shared memory (A operands) instead of registers.
     dkv_from_smem: bool = False
+    #: A step issues dV, dQ, then dK, and stages dQ while dK's product runs (else dV and dK, then dQ).
+    dq_before_dk: bool = False
     smem_bytes: int
     #: The regions of smem_bytes, offsets computed once (SmemRegions.stack).
     smem: SmemRegions
