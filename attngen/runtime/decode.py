@@ -118,7 +118,7 @@ class DecodeKernels(LazyKernels):
                    num_splits=splits, page_size=page)
         set_strides(p, q=q, k=k, v=v)
         # out is a fresh contiguous tensor shaped like q.
-        p.o_batch_stride, p.o_row_stride, p.o_head_stride = _contiguous(q.shape)[:3]
+        p.o_batch_stride, p.o_row_stride, p.o_head_stride = seqlen_q * heads * d, heads * d, d
         p.lse_batch_stride, p.lse_head_stride = heads * seqlen_q, seqlen_q
         if table is not None:
             p.table_stride = table.stride(0)
@@ -138,11 +138,3 @@ class DecodeKernels(LazyKernels):
         return self.ready(q, k, v, table, num_splits).run(q, k, v, used, table, softmax_scale,
                                                           self.args(q, extras, scalars))
 
-
-def _contiguous(shape: Any) -> tuple[int, ...]:
-    """The strides of a contiguous tensor of `shape`."""
-    strides, step = [], 1
-    for size in reversed(tuple(shape)):
-        strides.append(step)
-        step *= max(1, int(size))
-    return tuple(reversed(strides))

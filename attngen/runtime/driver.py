@@ -130,6 +130,8 @@ class _LaunchConfig(ctypes.Structure):
 
 #: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) with programmaticStreamSerializationAllowed = 1.
 _SERIALIZATION_ALLOWED = _LaunchAttribute(6, (ctypes.c_ubyte * 4)(), (ctypes.c_int * 16)(1))
+
+
 @cache
 def _libcuda() -> ctypes.CDLL:
     """The driver library (the one cuda.bindings loads), with the launch entry points' signatures."""

@@ -115,7 +115,7 @@ def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_ca
                      "seqlen_k": shape.capacity}
             extras, scalars = validate(kernel.variant.arguments, q, k_cache, variant_args, kernel.spec.name, sizes)
             if key is not None and all(aligned_rows(t) for t in (q, k_cache, v_cache)):
-                remembered = _remember(kernel, key, q, k_cache, v_cache, block_table, scale, num_splits)
+                remembered = _remember(kernel, key, q, k_cache, v_cache, block_table, scale, num_splits, shape)
                 out, lse = remembered.ready.run(q, k_cache, v_cache, used, block_table, scale, remembered.args)
             else:
                 out, lse = op.decode_fwd(q, k_cache, v_cache, used, block_table, scale, kernel.decode_key(), extras,
@@ -217,13 +217,12 @@ def _pointers_aligned(*tensors: Any) -> bool:
 
 
 def _remember(kernel: AttentionKernel, key: tuple[Any, ...], q: Any, k_cache: Any, v_cache: Any, block_table: Any,
-              scale: float, num_splits: int) -> RememberedCall:
+              scale: float, num_splits: int, shape: CacheShape) -> RememberedCall:
     """Prepare a checked call's launches (its tensors' rows aligned) and keep them under its key."""
     decode = kernel.decode_kernels()
-    blocks = k_cache.shape[0] if block_table is not None else 0
-    capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
     remembered = RememberedCall(ready=decode.ready(q, k_cache, v_cache, block_table, num_splits), scale=scale,
-                                args=decode.args(q, [], []), capacity=capacity, blocks=blocks)
+                                args=decode.args(q, [], []), capacity=shape.capacity,
+                                blocks=k_cache.shape[0] if shape.paged else 0)
     if len(kernel.decode_calls) >= REMEMBERED_CALLS:
         kernel.decode_calls.clear()
     kernel.decode_calls[key] = remembered
