@@ -135,9 +135,19 @@ def grads(spec: AttentionSpec, q: Any, k: Any, v: Any, dout: Any, *, softmax_sca
           dlse: Any = None, **tensors: Any) -> dict[str, np.ndarray]:
     """Float64 gradients {dq, dk, dv[, dsinks]} of sum(out * dout) (+ sum(lse * dlse) with `dlse`)."""
     c = _call(spec, q, k, v, softmax_scale, tensors)
-    do = _array(dout)
-    dl = None if dlse is None else _array(dlse)
     out, lse = attention(spec, c.q, c.k, c.v, softmax_scale=c.scale, **{n: tensors[n] for n in tensors})
+    return _grads(c, _array(dout), None if dlse is None else _array(dlse), out, lse)
+
+
+def grads_given(spec: AttentionSpec, q: Any, k: Any, v: Any, dout: Any, out: Any, lse: Any, *,
+                softmax_scale: float | None = None, **tensors: Any) -> dict[str, np.ndarray]:
+    """Float64 gradients {dq, dk, dv[, dsinks]} of q, k and v where the rows' output and LSE are given (those of
+    a longer key sequence of which k and v are a part: the gradients are that sequence's share from this part)."""
+    c = _call(spec, q, k, v, softmax_scale, tensors)
+    return _grads(c, _array(dout), None, _array(out), _array(lse))
+
+
+def _grads(c: _Call, do: np.ndarray, dl: np.ndarray | None, out: np.ndarray, lse: np.ndarray) -> dict[str, np.ndarray]:
     batch, sq, heads, _ = c.q.shape
     dq, dk, dv = np.zeros(c.q.shape), np.zeros(c.k.shape), np.zeros(c.v.shape)
     dsinks = np.zeros(heads)

@@ -89,6 +89,29 @@ class AttentionKernel:
         out, lse = op.attention_fwd(q, k, v, scale, key, extras, scalars, seqs)
         return (out, lse) if return_lse else out
 
+    def grads_given(self, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                    lse: torch.Tensor, *, softmax_scale: float | None = None,
+                    **variant_args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(dq, dk, dv) of a dense call whose rows' output `out` and LSE `lse` (batch, heads, seqlen_q) are given:
+        those of this call, or of a longer key sequence k and v are a part of (context-parallel attention adds
+        the parts' gradients up). Runs the backward kernels; the spec's runtime arguments as for a call."""
+        import torch
+
+        scale = self._check(q, k, v, softmax_scale)
+        for name, t in (("dout", dout), ("out", out)):
+            if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+                raise ValueError(f"{name} must be a tensor like q {tuple(q.shape)} {q.dtype}, got "
+                                 f"{getattr(t, 'shape', type(t).__name__)}")
+        want = (q.shape[0], q.shape[2], q.shape[1])
+        if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != want or lse.dtype != torch.float32:
+            raise ValueError(f"lse must be a float32 tensor of shape {want} (batch, heads, seqlen_q), got "
+                             f"{getattr(lse, 'shape', type(lse).__name__)} {getattr(lse, 'dtype', '')}")
+        extras, scalars = variant_args_mod.validate(self.variant.arguments, q, k, variant_args, self.spec.name)
+        op.ensure_registered()
+        dq, dk, dv, _ = torch.ops.attngen.attention_bwd(dout, q, k, v, out, lse, None, scale, self.key, extras,
+                                                        scalars, None, None, None, 0, 0)
+        return dq, dk, dv
+
     def varlen_kernel(self) -> AttentionKernel:
         """The kernel for per-entry lengths (packed sequences, KV caches): this one when its spec says
         `seqlens: varlen`, else its twin, built for the same arches on first use."""
