@@ -113,7 +113,23 @@ def run_case(case: Case, backend: str, device: str, dtype: Any) -> Outcome:
         outcome.errors[name] = _relative(got, expect)
     if sinks is not None:
         outcome.errors["dsinks"] = _relative(sinks.grad.double().cpu(), torch.from_numpy(ref["dsinks"]))
+    if backend == "compiled":
+        single = _single_gpu(spec, data)
+        for name, t in single.items():
+            outcome.errors[f"{name}_vs_single"] = _relative(gathered[name].double().cpu(), t.double().cpu())
+            outcome.errors[f"single_{name}"] = _relative(t.double().cpu(), torch.from_numpy(ref[name]))
     return outcome
+
+
+def _single_gpu(spec: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """The single-GPU kernel on the whole sequence: its output and gradients."""
+    import attngen
+
+    kernel = attngen.compile(spec)
+    q, k, v = (data[n].detach().clone().requires_grad_(True) for n in ("q", "k", "v"))
+    out = kernel(q, k, v, **data["extra"])
+    out.backward(data["dout"])
+    return {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
 def _relative(got: Any, expect: Any) -> float:
