@@ -146,3 +146,14 @@ def test_bad_arguments_name_what_is_allowed() -> None:
             ContextParallelAttention(spec_of(Case("causal")), backend="cuda")
     finally:
         dist.destroy_process_group()
+
+
+def test_ring_model_scales_compute_by_square_and_bytes_linearly() -> None:
+    from attngen.distributed.plan import ring_step
+
+    shape = CallShape(batch=1, seqlen=1 << 20, heads=16, kv_heads=16, head_dim=128, elem_bytes=2, density=0.5)
+    two, eight = ring_step(2, shape), ring_step(8, shape)
+    assert two.fwd_compute_s / eight.fwd_compute_s == pytest.approx(16)
+    assert two.fwd_bytes / eight.fwd_bytes == pytest.approx(4)
+    assert eight.bwd_bytes == 3 * eight.fwd_bytes  # K, V and fp32 dK, dV
+    assert eight.hidden and eight.call_s < ring_step(1, shape).call_s / 7.5

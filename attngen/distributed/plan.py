@@ -22,11 +22,11 @@ class Strategy(str, Enum):
 class Rates:
     """What the model assumes of the machine (override for other interconnects)."""
 
-    #: Attention FLOP/s one GPU sustains on a shard pair: about 0.6 of the bf16 forward measured at 8k on the
-    #: H100 (benchmarks/results/h100: 550-600 TFLOP/s forward, 400-480 backward), rounded down for short pairs.
+    #: Attention FLOP/s one GPU sustains on a shard pair, forward and backward: below the 476-505 TFLOP/s of
+    #: fwd+bwd measured at 128k on an H200 (results/h200x2/cp_1), for the shorter pairs of larger groups.
     attention_flops: float = 350e12
     #: Point-to-point bytes/s between two GPUs of one host over NVLink 4 (H100/H200 SXM: 450 GB/s per direction
-    #: nominal; NCCL's send/recv reaches about 70% of it).
+    #: nominal; the ring's shifts measured 3 GiB in 9.6 ms, 335 GB/s, on two H200s: results/h200x2/cp_1).
     link_bytes: float = 300e9
     #: Fixed cost of one step's send/recv pair and its kernel launches (NCCL point-to-point latency plus the
     #: step's host work), seconds.
@@ -79,3 +79,44 @@ def choose(world: int, shape: CallShape, wanted: Strategy = Strategy.auto, rates
                       compute, transfer)
     return CpPlan(Strategy.all_gather, f"all-gather: {figures}, too short to hide a transfer; one gather of "
                   f"{gathered / 2**20:.1f} MiB instead", compute, transfer)
+
+
+@dataclass(frozen=True)
+class RingStep:
+    """One ring step of a call, forward and backward: compute, bytes sent, and their times under `Rates`."""
+
+    world: int
+    seqlen: int
+    fwd_compute_s: float
+    fwd_bytes: float
+    bwd_compute_s: float
+    bwd_bytes: float
+    rates: Rates
+
+    @property
+    def fwd_transfer_s(self) -> float:
+        return self.fwd_bytes / self.rates.link_bytes + self.rates.step_latency
+
+    @property
+    def bwd_transfer_s(self) -> float:
+        return self.bwd_bytes / self.rates.link_bytes + self.rates.step_latency
+
+    @property
+    def hidden(self) -> bool:
+        return self.fwd_compute_s >= self.fwd_transfer_s and self.bwd_compute_s >= self.bwd_transfer_s
+
+    @property
+    def call_s(self) -> float:
+        """The predicted fwd+bwd time: W steps of the longer of compute and transfer, and the last dK/dV hop."""
+        steps = max(self.fwd_compute_s, self.fwd_transfer_s) + max(self.bwd_compute_s, self.bwd_transfer_s)
+        return self.world * steps + (self.bwd_bytes * 2 / 3) / self.rates.link_bytes
+
+
+def ring_step(world: int, shape: CallShape, rates: Rates = Rates()) -> RingStep:
+    """The model of one ring step: a rank's queries against one rank's keys (the mask's share of them; zigzag
+    evens it out), K and V sent forward; in the backward 2.5x the FLOPs, K and V plus fp32 dK and dV sent."""
+    local = shape.seqlen // world
+    flops = 4 * shape.batch * shape.heads * local * local * shape.head_dim * shape.density
+    kv = 2 * shape.batch * local * shape.kv_heads * shape.head_dim * shape.elem_bytes
+    return RingStep(world, shape.seqlen, flops / rates.attention_flops, kv, 2.5 * flops / rates.attention_flops,
+                    kv + kv * 4 / shape.elem_bytes, rates)
