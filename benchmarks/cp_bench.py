@@ -36,7 +36,7 @@ class LocalGroup:
     rank: int
     world: int
 
-    def shift(self, tensors: Any) -> Callable[[], list[Any]]:
+    def shift(self, tensors: Any, by: int = 1) -> Callable[[], list[Any]]:
         kept = [t.clone() for t in tensors]
         return lambda: kept
 

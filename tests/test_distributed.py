@@ -46,6 +46,7 @@ def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[Case, dict]:
     cases = [Case(name, layout, seqlen=24) for name in ("causal", "window", "document", "alibi_causal")
              for layout in ("zigzag", "contiguous")]
     cases += [Case("chunked", "zigzag", "all_gather", seqlen=24)]
+    cases += [Case("sinks_window", "contiguous", seqlen=24)]  # the ring stops after step 1
     found = _spawn(4, cases, tmp_path_factory.mktemp("cp4"))
     return {Case(**o["case"]): o for o in found}
 
@@ -80,6 +81,10 @@ def test_four_ranks_ring_match(four_ranks: dict, name: str, layout: str) -> None
 
 def test_four_ranks_all_gather(four_ranks: dict) -> None:
     _check(four_ranks[Case("chunked", "zigzag", "all_gather", seqlen=24)])
+
+
+def test_four_ranks_ring_cut_short_by_a_window(four_ranks: dict) -> None:
+    _check(four_ranks[Case("sinks_window", "contiguous", seqlen=24)])
 
 
 def test_spec_of_builds() -> None:

@@ -157,3 +157,10 @@ def test_ring_model_scales_compute_by_square_and_bytes_linearly() -> None:
     assert two.fwd_bytes / eight.fwd_bytes == pytest.approx(4)
     assert eight.bwd_bytes == 3 * eight.fwd_bytes  # K, V and fp32 dK, dV
     assert eight.hidden and eight.call_s < ring_step(1, shape).call_s / 7.5
+
+
+def test_a_window_over_contiguous_shards_stops_the_ring_early() -> None:
+    # window [3, 0] with 6 positions a rank: only the previous rank's keys are needed, so no K/V travels twice
+    assert _schedule("sinks_window", 0, 4, 24, Layout.contiguous).last_step() == 1
+    assert _schedule("causal", 0, 4, 24, Layout.contiguous).last_step() == 3
+    assert _schedule("sinks_window", 0, 4, 24).last_step() == 3  # zigzag: the tail chunk's neighbour is 3 steps on

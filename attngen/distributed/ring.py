@@ -45,15 +45,15 @@ class Group:
 
         return dist.get_global_rank(self.group, rank % self.world) if self.group is not None else rank % self.world
 
-    def shift(self, tensors: Sequence[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
-        """Send `tensors` to the next rank and receive as many of the same shapes from the previous one; returns
-        a wait that gives what arrived. Nothing blocks until then."""
+    def shift(self, tensors: Sequence[torch.Tensor], by: int = 1) -> Callable[[], list[torch.Tensor]]:
+        """Send `tensors` to rank + by and receive as many of the same shapes from rank - by; returns a wait that
+        gives what arrived. Nothing blocks until then."""
         import torch
         import torch.distributed as dist
 
         received = [torch.empty_like(t) for t in tensors]
-        ops = [dist.P2POp(dist.isend, t.contiguous(), self.global_rank(self.rank + 1), self.group) for t in tensors]
-        ops += [dist.P2POp(dist.irecv, t, self.global_rank(self.rank - 1), self.group) for t in received]
+        ops = [dist.P2POp(dist.isend, t.contiguous(), self.global_rank(self.rank + by), self.group) for t in tensors]
+        ops += [dist.P2POp(dist.irecv, t, self.global_rank(self.rank - by), self.group) for t in received]
         works = dist.batch_isend_irecv(ops)
 
         def wait() -> list[torch.Tensor]:
@@ -78,13 +78,23 @@ class Schedule:
     def q_pieces(self) -> tuple[Piece, ...]:
         return pieces(self.layout, self.group.rank, self.group.world, self.seqlen_q)
 
-    def tasks(self, source: int) -> list[Task]:
-        kv = pieces(self.layout, source, self.group.world, self.seqlen_k)
+    def tasks(self, source: int, rank: int | None = None) -> list[Task]:
+        """The tasks of `rank` (this one by default) against the keys of rank `source`."""
+        world = self.group.world
+        mine = pieces(self.layout, self.group.rank if rank is None else rank, world, self.seqlen_q)
+        kv = pieces(self.layout, source, world, self.seqlen_k)
 
         def cls(p: Piece, k: Piece) -> lang.TileClass:
             return self.classify((p.start, p.stop - 1), (k.start, k.stop - 1))
 
-        return step_tasks(self.q_pieces(), kv, cls, self.mergeable)
+        return step_tasks(mine, kv, cls, self.mergeable)
+
+    def last_step(self) -> int:
+        """The last step at which some rank has a task: the ring stops there, and no K/V travels further (a
+        window over contiguous shards needs only the neighbours' keys). Every rank computes the same answer."""
+        world = self.group.world
+        live = [s for s in range(world) if any(self.tasks((r - s) % world, r) for r in range(world))]
+        return max(live, default=0)
 
     def source(self, step: int) -> int:
         return (self.group.rank - step) % self.group.world
@@ -127,9 +137,9 @@ def ring_forward(schedule: Schedule, kernels: ShardKernels, q: torch.Tensor, k: 
                  v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's fp32 (out, lse) over the whole key sequence, K and V passed around the ring."""
     acc_out, acc_lse = _accumulators(q)
-    world = schedule.group.world
-    for step in range(world):
-        wait = schedule.group.shift((k, v)) if step < world - 1 else None
+    last = schedule.last_step()
+    for step in range(last + 1):
+        wait = schedule.group.shift((k, v)) if step < last else None
         _forward_block(kernels, schedule.tasks(schedule.source(step)), q, k, v, acc_out, acc_lse)
         if wait is not None:
             k, v = wait()
@@ -153,26 +163,27 @@ def _backward_block(kernels: ShardKernels, tasks: list[Task], grads: Sequence[to
 def ring_backward(schedule: Schedule, kernels: ShardKernels, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """This rank's (dq, dk, dv) in the accumulator dtype: K and V travel as in the forward, each block's dK/dV
-    sum with them, one step behind, and reaches its owner after the last step."""
-
-    world = schedule.group.world
+    sum with them, one step behind, and goes to its owner after the last step (the next rank when the ring went
+    all the way round)."""
+    world, last = schedule.group.world, schedule.last_step()
     dq = _zeros(q)
     arriving: Callable[[], list[torch.Tensor]] | None = None
-    for step in range(world):
-        wait_kv = schedule.group.shift((k, v)) if step < world - 1 else None
+    for step in range(last + 1):
+        wait_kv = schedule.group.shift((k, v)) if step < last else None
         dk, dv = _zeros(k), _zeros(v)
         _backward_block(kernels, schedule.tasks(schedule.source(step)), (dq, dk, dv), (dout, q, k, v, out, lse))
         if arriving is not None:
             before_k, before_v = arriving()
             dk.add_(before_k)
             dv.add_(before_v)
-        if world == 1:
-            return dq, dk, dv
-        arriving = schedule.group.shift((dk, dv))
-        if wait_kv is not None:
+        if step < last:
+            arriving = schedule.group.shift((dk, dv))
+            assert wait_kv is not None
             k, v = wait_kv()
-    assert arriving is not None
-    dk, dv = arriving()
+    home = (world - last) % world  # the block of rank r - last, held here: its owner is that many ranks on
+    if home == 0:
+        return dq, dk, dv
+    dk, dv = schedule.group.shift((dk, dv), by=home)()
     return dq, dk, dv
 
 
