@@ -145,6 +145,8 @@ def worker(rank: int, world: int, init: str, cases: list[Case], out_dir: str, ba
     import torch
     import torch.distributed as dist
 
+    from attngen.distributed import ContextParallelAttention
+
     cuda = backend == "compiled"
     if cuda:
         torch.cuda.set_device(rank)
@@ -155,6 +157,13 @@ def worker(rank: int, world: int, init: str, cases: list[Case], out_dir: str, ba
     for case in cases:
         # A failure ends the run (ranks that went on would wait in mismatched collectives); spawn reports it.
         outcomes.append(run_case(case, backend, device, dtype))
+    if world > 1:  # ranks that disagree on the shards' shape get an error, not a hang
+        attention = ContextParallelAttention(spec_of(Case("causal")), backend=backend)
+        shape = (1, 8 + 8 * rank, 2, 64)
+        try:
+            attention(*(torch.randn(shape, dtype=dtype, device=device) for _ in range(3)))
+        except ValueError as e:
+            outcomes.append(Outcome(Case("disagree"), failure=str(e)))
     dist.destroy_process_group()
     if rank == 0:
         with open(os.path.join(out_dir, "outcomes.json"), "w") as f:

@@ -41,6 +41,11 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[Case, dict]:
     return {Case(**o["case"]): o for o in found}
 
 
+def test_ranks_that_disagree_on_shapes_get_an_error(two_ranks: dict) -> None:
+    message = two_ranks[Case("disagree")]["failure"]
+    assert "every rank must pass shards of one shape" in message and "rank 1: q (1, 16, 2, 64)" in message
+
+
 @pytest.fixture(scope="module")
 def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[Case, dict]:
     cases = [Case(name, layout, seqlen=24) for name in ("causal", "window", "document", "alibi_causal")

@@ -164,3 +164,13 @@ def test_a_window_over_contiguous_shards_stops_the_ring_early() -> None:
     assert _schedule("sinks_window", 0, 4, 24, Layout.contiguous).last_step() == 1
     assert _schedule("causal", 0, 4, 24, Layout.contiguous).last_step() == 3
     assert _schedule("sinks_window", 0, 4, 24).last_step() == 3  # zigzag: the tail chunk's neighbour is 3 steps on
+
+
+def test_no_process_group_is_a_clear_error() -> None:
+    import torch.distributed as dist
+
+    from attngen.distributed import ContextParallelAttention
+
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError, match="needs a process group: call torch.distributed.init_process_group"):
+        ContextParallelAttention(spec_of(Case("causal")), backend="reference")

@@ -111,7 +111,15 @@ class ContextParallelAttention:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.backend = backend
         self.rates = rates or Rates()
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise ValueError("context-parallel attention needs a process group: call torch.distributed."
+                             "init_process_group (or init_device_mesh) on every rank first")
         self.group = Group.of(group.get_group() if hasattr(group, "get_group") else group)
+        #: Shard shapes every rank has been seen to agree on (checked once per shape: a rank with other shapes
+        #: would leave the others waiting in the ring).
+        self._agreed: set[tuple[Any, ...]] = set()
         self._specs: dict[tuple[int, int], ShardSpecs] = {}
         #: The compiled shard kernels by spec name, per global lengths (built on first use).
         self._kernels: dict[tuple[int, int], dict[str, Any]] = {}
@@ -127,6 +135,21 @@ class ContextParallelAttention:
             self._specs[key] = ShardSpecs(self.spec, seqlen_q, seqlen_k)
         return self._specs[key]
 
+    def _agree(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        """Every rank's shards have one shape and dtype (once per shape: one small all-gather)."""
+        import torch.distributed as dist
+
+        mine = (tuple(q.shape), tuple(k.shape), str(q.dtype))
+        if mine in self._agreed or self.group.world == 1:
+            return
+        every: list[Any] = [None] * self.group.world
+        dist.all_gather_object(every, mine, group=self.group.group)
+        if any(tuple(x) != mine for x in every):
+            listing = "; ".join(f"rank {r}: q {x[0]}, k {x[1]}, {x[2]}" for r, x in enumerate(every))
+            raise ValueError(f"every rank must pass shards of one shape and dtype ({listing}): shard the sequence "
+                             f"with attngen.distributed.shard, the same length on every rank")
+        self._agreed.add(mine)
+
     def plan(self, q: torch.Tensor, k: torch.Tensor) -> CpPlan:
         """The strategy for shards like q and k, and why."""
         density = variant_of(self.spec).mask.cost_density
@@ -140,6 +163,7 @@ class ContextParallelAttention:
         from .arguments import check_shards, split_arguments
 
         scale = check_shards(self.spec, q, k, v, softmax_scale, self.backend)
+        self._agree(q, k)
         world = self.group.world
         seqlen_q, seqlen_k = q.shape[1] * world, k.shape[1] * world
         check_seqlen(seqlen_q, world, self.layout, "q's global sequence")
