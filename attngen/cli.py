@@ -305,7 +305,10 @@ def explain(
         decode = _decode_summary(spec, target)
         tiles = _tile_shares(spec, kernel_plan, seqlen) if seqlen else None
     if as_json:
-        out = {**kernel_plan.summary(), "families": dict(families), "backward": backward, "decode": decode}
+        from .planning.throughput import plan_rate
+
+        out = {**kernel_plan.summary(), "predicted": plan_rate(kernel_plan), "families": dict(families),
+               "backward": backward, "decode": decode}
         if tiles is not None:
             out["tiles"] = tiles
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
@@ -338,12 +341,13 @@ def _backward_summary(spec: AttentionSpec, arch: Arch) -> dict[str, object]:
     the family's lines about its kernels; or why the arch's budget cannot hold the backward."""
     from .errors import PlanError
     from .planning.planner_bwd import backward_family, considered_bwd, plan_bwd
+    from .planning.throughput import plan_rate
 
     try:
         bwd = plan_bwd(spec, arch)
     except PlanError as exc:
         return {"unavailable": str(exc)}
-    return {**bwd.summary(), "families": dict(considered_bwd(spec, arch)),
+    return {**bwd.summary(), "predicted": plan_rate(bwd), "families": dict(considered_bwd(spec, arch)),
             "kernels": backward_family(bwd.family).explain_lines(bwd)}
 
 
@@ -376,6 +380,8 @@ def _print_decode(decode: dict[str, object]) -> None:
 def _print_backward(backward: dict[str, object]) -> None:
     from rich.markup import escape
 
+    from .planning.throughput import rate_line
+
     console = _console()
     if "unavailable" in backward:
         console.print(f"backward: [dim]{escape(str(backward['unavailable']))}[/]", soft_wrap=True)
@@ -387,6 +393,9 @@ def _print_backward(backward: dict[str, object]) -> None:
         console.print(f"backward family {name}: {escape(str(why))}", soft_wrap=True)
     for line in lines:
         console.print(f"backward: {escape(str(line))}", soft_wrap=True)
+    rate = backward["predicted"]
+    assert isinstance(rate, dict)
+    console.print(f"backward {escape(rate_line(rate))}", soft_wrap=True)
     console.print(f"backward reason: {escape(str(backward['reason']))}", soft_wrap=True)
 
 

@@ -21,6 +21,7 @@ def print_explain(console: Console, kernel_plan: KernelPlan, families: list[tupl
 
     from .planning.archs import arch_info
     from .planning.planner import forward_family
+    from .planning.throughput import plan_rate, rate_line
 
     info = arch_info(kernel_plan.arch)
     spec = kernel_plan.spec
@@ -53,6 +54,7 @@ def print_explain(console: Console, kernel_plan: KernelPlan, families: list[tupl
     console.print(f"chosen: [bold]{kernel_plan.kernel_name}[/] block_m {t.block_m}, block_n {t.block_n}, "
                   f"{t.num_warps} warps, {t.stages} stages, {kernel_plan.smem_bytes} B shared memory, "
                   f"~{kernel_plan.regs_estimate} registers")
+    console.print(rate_line(plan_rate(kernel_plan)), soft_wrap=True)
     console.print(f"reason: {escape(kernel_plan.reason)}", soft_wrap=True)
 
 

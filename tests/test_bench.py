@@ -241,8 +241,14 @@ def test_run_end_to_end_on_fakes(cpu_gpu: None, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(runner, "make_peers", lambda names: [_Fake("flash", _exact), _Fake("flex", _unavailable)])
     options = runner.BenchOptions(head_dims=(64, 256), seqlens=(1024, 2048), peers=("flash", "flex"),
                                   out=tmp_path / "out")
-    results, out = runner.run(options, log=lambda line: None)
+    lines: list[str] = []
+    results, out = runner.run(options, log=lines.append)
     assert out == tmp_path / "out" and (out / "bench.json").is_file() and (out / "bench.md").is_file()
+    model_lines = [line for line in lines if " model " in line and "measured/model" in line]
+    # Every point attngen planned (hd64; hd256 did not compile) prints measured against the model.
+    assert [line.split()[0] for line in model_lines] == ["hd64"] * 4 and "measured 2000 us" in model_lines[0]
+    ratio = results["results"][0]["model"]["measured_over_predicted"]
+    assert f"measured/model {ratio:.2f}" in model_lines[0]
     assert len(results["results"]) == 8
     first = results["results"][0]
     assert first["impls"]["attngen"]["status"] == "ok" and first["ratios"] == {"flash": 1.0, "flex": None}
@@ -551,6 +557,61 @@ def test_backward_report_renders_ratios(tmp_path: Path) -> None:
     assert "nan" in backward.markdown([failed], "# t")
     paths = backward.write([row], tmp_path / "bwd", {"gpu": "NVIDIA H100", "line": "x"})
     assert [p.name for p in paths] == ["bwd.json", "bwd.md"] and all(p.is_file() for p in paths)
+
+
+def _bwd_plans(head_dim: int, causal: bool) -> dict[str, Any]:
+    from attngen.planning.planner_bwd import plan_bwd
+
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal" if causal else "none")
+    det = spec.model_copy(update={"deterministic": True})
+    return {"attngen": plan_bwd(spec, "sm90").summary(), "attngen_deterministic": plan_bwd(det, "sm90").summary()}
+
+
+def test_backward_model_row() -> None:
+    """The backward plan's predicted time, scaled by FLOPs to the row, against a fake measurement."""
+    cfg = Config(128, 8192, True)
+    summary = _bwd_plans(128, True)["attngen"]
+    cost = summary["cost"]
+    # The plan's reference: batch 1, 16 heads, seqlen 4096; the row: batch 2, 16 heads, seqlen 8192 -> 8x FLOPs.
+    assert cost["flops"] == 2.5 * 16 * 4 * 4096**2 * 128 * 0.5
+    row = model.backward_model_row(cfg, summary, 2.0)
+    assert row["family"] == "sm90_bwd" and row["flops"] == 2.5 * cfg.flops
+    assert row["predicted_us_scaled"] == pytest.approx(8 * cost["predicted_us"])
+    assert row["measured_us"] == 2000.0
+    assert row["measured_over_predicted"] == pytest.approx(2000.0 / (8 * cost["predicted_us"]))
+    assert row["predicted_tflops"] == pytest.approx(cost["flops"] / cost["predicted_us"] / 1e6)
+    missing = model.backward_model_row(cfg, summary, None)
+    assert missing["measured_us"] is None and missing["measured_over_predicted"] is None
+
+
+def test_backward_rows_and_report_hold_measured_against_the_model() -> None:
+    from attngen.bench import backward
+
+    cfg = Config(128, 8192, False)
+    plans = _bwd_plans(128, False)
+
+    def impl(bwd_ms: float) -> dict:
+        return {"bwd_ms": bwd_ms, "bwd_tflops": 2.5 * cfg.flops / bwd_ms / 1e9, "fwdbwd_ms": 2 * bwd_ms,
+                "fwdbwd_tflops": 3.5 * cfg.flops / (2 * bwd_ms) / 1e9, "dq_rel_err": 1e-3}
+
+    row = {"head_dim": 128, "seqlen": 8192, "causal": False, "dtype": "bf16", "attngen": impl(4.0),
+           "attngen_deterministic": impl(8.0), "flash": impl(5.0), "cudnn": {"error": "no kernel"}, "fa4": impl(3.0)}
+    backward.annotate(row, cfg, plans)
+    assert "model" not in row["flash"]
+    predicted = {k: plans[k]["cost"]["predicted_us"] * 8 for k in backward.OURS}  # 2 x (8192 / 4096)^2 FLOPs
+    for kind, ms in (("attngen", 4.0), ("attngen_deterministic", 8.0)):
+        m = row[kind]["model"]
+        assert m["predicted_us_scaled"] == pytest.approx(predicted[kind])
+        assert m["measured_over_predicted"] == pytest.approx(ms * 1e3 / predicted[kind])
+    ratio = 4000.0 / predicted["attngen"]
+    assert (f"attngen measured 4000 us / model {predicted['attngen']:.0f} us = {ratio:.2f}" in backward.line(row))
+    assert "deterministic measured 8000 us" in backward.line(row)
+    text = backward.markdown([row], "# t")
+    assert "| model µs | measured/model | deterministic model µs | deterministic measured/model |" in text
+    det_ratio = 8000.0 / predicted["attngen_deterministic"]
+    assert text.splitlines()[-1].endswith(f"| {predicted['attngen']:.0f} | {ratio:.2f} | "
+                                          f"{predicted['attngen_deterministic']:.0f} | {det_ratio:.2f} |")
+    assert all(len(line.split("|")) == len(text.splitlines()[4].split("|")) for line in text.splitlines()[5:])
 
 
 def test_backward_runs_on_the_forward_harness(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -197,6 +197,54 @@ def test_explain_json(runner: CliRunner, good: Path) -> None:
     assert summary["smem_bytes"] <= 166912
 
 
+def test_explain_prints_the_predicted_rate_against_the_matmul_ceiling(runner: CliRunner) -> None:
+    """The chosen plans' predicted TFLOP/s at the reference shape and their share of the generation's ceiling."""
+    from attngen.planning.planner import plan
+    from attngen.planning.planner_bwd import plan_bwd
+    from attngen.spec.loader import load_spec
+
+    path = REPO / "specs" / "causal_bf16_hd128.yaml"
+    spec = load_spec(path)
+    result = runner.invoke(app, ["explain", str(path), "--arch", "sm90"])
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    fwd, bwd = plan(spec, "sm90").cost, plan_bwd(spec, "sm90").cost
+    # Batch 1, 2048 / 128 = 16 heads, seqlen 4096, half the scores under causal; the backward 2.5 x.
+    assert fwd.flops == 16 * 4 * 4096**2 * 128 // 2 and bwd.flops == 2.5 * fwd.flops
+    for prefix, cost in (("", fwd), ("backward ", bwd)):
+        tflops = cost.flops / cost.predicted_us / 1e6
+        line = (f"{prefix}predicted: {tflops:.0f} TFLOP/s at seqlen 4096, batch 1 x 16 heads of 128 "
+                f"({tflops / 760:.2f} of sm90's measured matmul ceiling 760 TFLOP/s")
+        assert line in out, line
+    # The forward model promises more than the measured ceiling; explain says so.
+    assert fwd.flops / fwd.predicted_us / 1e6 > 760 and "above the ceiling" in out
+    assert out.index("chosen: ") < out.index("\npredicted: ") < out.index("\nreason: ")
+    sm80 = runner.invoke(app, ["explain", str(path), "--arch", "sm80"]).stdout
+    tflops = plan(spec, "sm80").cost.flops / plan(spec, "sm80").cost.predicted_us / 1e6
+    assert f"({tflops / 312:.2f} of sm80's vendor (not measured) matmul ceiling 312 TFLOP/s)" in sm80
+
+
+def test_explain_json_has_the_predicted_rates(runner: CliRunner) -> None:
+    from attngen.planning.planner import plan
+    from attngen.spec.loader import load_spec
+
+    path = REPO / "specs" / "causal_bf16_hd128.yaml"
+    result = runner.invoke(app, ["explain", str(path), "--arch", "sm90", "--json"])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    cost = plan(load_spec(path), "sm90").cost
+    rate = summary["predicted"]
+    assert rate["predicted_tflops"] == round(cost.flops / cost.predicted_us / 1e6, 1)
+    assert (rate["seqlen"], rate["batch"], rate["heads"], rate["head_dim"]) == (4096, 1, 16, 128)
+    assert rate["ceiling_tflops"] == 760.0 and rate["ceiling_kind"] == "measured"
+    assert rate["ceiling_fraction"] == pytest.approx(rate["predicted_tflops"] / 760, abs=1e-3)
+    assert "H100" in rate["ceiling_source"]
+    back = summary["backward"]
+    assert back["cost"]["predicted_us"] == pytest.approx(sum(us for _, us in back["cost"]["kernels"]), abs=0.02)
+    assert back["predicted"]["predicted_tflops"] == round(back["cost"]["flops"] / back["cost"]["predicted_us"] / 1e6, 1)
+    assert back["predicted"]["ceiling_fraction"] < 1
+
+
 def test_explain_budget_binds(runner: CliRunner, tmp_path: Path) -> None:
     spec = _write(tmp_path, "hd256.yaml", "head_dim: 256\ndtype: bf16\n")
     plans = {}

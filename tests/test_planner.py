@@ -258,3 +258,25 @@ def test_every_arch_field_is_read() -> None:
     sources = "\n".join(p.read_text() for p in package.rglob("*.py") if p.name != "archs.py")
     unread = [f.name for f in dataclasses.fields(ArchInfo) if not re.search(rf"\.{f.name}\b", sources)]
     assert unread == [], f"ArchInfo fields nothing reads: {unread}"
+
+
+def test_matmul_ceilings_cover_every_arch_and_say_where_they_come_from() -> None:
+    """One ceiling per generation; the measured one agrees with the committed bench runs' ceilings, the others
+    are labelled the vendor's."""
+    import json
+    import statistics
+
+    from attngen.planning.archs import MATMUL_CEILINGS, matmul_ceiling
+
+    assert set(MATMUL_CEILINGS) == set(Arch)
+    for arch, ceiling in MATMUL_CEILINGS.items():
+        assert ceiling.arch is arch and matmul_ceiling(arch) is ceiling and ceiling.flops_per_s > 0
+        assert ceiling.source.startswith(ceiling.kind + ":"), ceiling.source
+    assert [a for a, c in MATMUL_CEILINGS.items() if c.measured] == [Arch.sm90]
+    runs = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h100"
+    measured = [json.loads(p.read_text())["ceilings"] for p in runs.rglob("bench.json")]
+    bf16 = [c["matmul_tflops"] for c in measured if c.get("matmul_dtype") == "bf16"]
+    assert len(bf16) >= 5 and abs(statistics.median(bf16) - matmul_ceiling(Arch.sm90).tflops) < 15
+    # Below the vendor's dense wgmma figure the arch table computes (4096 FLOP/clk x 132 SMs x 1.83 GHz = 989).
+    info = arch_info(Arch.sm90)
+    assert matmul_ceiling(Arch.sm90).flops_per_s < info.wgmma_flops_per_clk * info.num_sms_hint * info.clock_ghz * 1e9

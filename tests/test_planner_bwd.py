@@ -125,3 +125,41 @@ def test_hopper_backward_issues_dq_before_dk_where_it_measured_faster(head_dim: 
     plan = plan_bwd(spec, Arch.sm90)
     assert isinstance(plan, HopperBwdPlan) and plan.dkdv_wgmma.dq_before_dk is first
     assert f"constexpr bool kDqBeforeDk = {'true' if first else 'false'};" in render(plan).code
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
+def test_backward_plans_carry_their_cost(arch: Arch) -> None:
+    """Useful FLOPs 2.5 x the forward's at the reference workload (batch 1, 2048 / head_dim heads, seqlen 4096),
+    kernels' times adding up to the predicted time, and a share of the matrix peak between 0 and 1."""
+    from attngen.features.mask import mask_trait
+
+    for spec in load_catalogue():
+        try:
+            p = plan_bwd(spec, arch)
+        except PlanError:
+            continue
+        c = p.cost
+        forward = 2048 // spec.head_dim * 4 * 4096**2 * spec.head_dim * mask_trait(spec).cost_density
+        assert c.ref_seqlen == 4096 and c.flops == int(2.5 * forward), spec.name
+        assert c.predicted_us == pytest.approx(sum(us for _, us in c.kernels), abs=0.02)
+        names = [name for name, _ in c.kernels]
+        if isinstance(p, HopperBwdPlan):
+            assert names == ["preprocess", "dkdv_wgmma"]
+        else:
+            assert names == ["preprocess", "dkdv", *([] if p.dq_atomic else ["dq"])]
+        assert 0 < c.efficiency <= 1 and c.efficiency == pytest.approx(c.t_mma_us / c.predicted_us, abs=2e-3)
+        assert p.summary()["cost"] == c.model_dump()
+
+
+def test_hopper_backward_cost_meets_its_calibration() -> None:
+    """sm90_bwd's step overhead is calibrated on hd128 unmasked at seqlen 4096 (387 TFLOP/s measured on the H100);
+    the causal plan does half the work, and the atomic-free sm80_bwd plan on sm90 is predicted slower."""
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="none")
+    full = plan_bwd(spec, Arch.sm90)
+    assert isinstance(full, HopperBwdPlan)
+    assert full.cost.flops / full.cost.predicted_us / 1e6 == pytest.approx(387, rel=0.02)
+    causal = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), Arch.sm90)
+    assert causal.cost.flops * 2 == full.cost.flops
+    assert causal.cost.predicted_us < 0.55 * full.cost.predicted_us
+    det = plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm90)
+    assert isinstance(det, BwdPlan) and det.cost.predicted_us > full.cost.predicted_us

@@ -23,6 +23,8 @@ IMPLS: tuple[str, ...] = ("attngen", *PEERS)
 #: Largest relative error (float64 reference, L2 norm) an output may have and still be timed.
 TOLERANCE: dict[str, float] = {"bf16": 2e-2, "fp16": 1e-2}
 ELEM_BYTES = 2
+#: Backward FLOPs over forward (planning.shared.BWD_FLOPS_OVER_FWD: five products against two).
+BWD_OVER_FWD = 2.5
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def model_row(cfg: Config, plan: Mapping[str, Any], measured_ms: float | None,
     io = io_model_bytes(cfg.batch, cfg.heads, cfg.seqlen, cfg.head_dim, int(plan["block_m"]), cfg.causal)
     bound, bound_by = roofline_us(cfg.flops, io, ceilings["matmul_tflops"], ceilings["copy_gbps"])
     cost = plan["cost"]
-    predicted = cost["predicted_us"] * cfg.flops / cost["flops"] if cost.get("flops") else None
+    predicted = scaled_prediction(cost, cfg.flops)
     measured = measured_ms * 1e3 if measured_ms else None
     return {
         "tiling": tiling_label(plan),
@@ -117,6 +119,40 @@ def model_row(cfg: Config, plan: Mapping[str, Any], measured_ms: float | None,
         "predicted_us_scaled": predicted,
         "measured_over_predicted": measured / predicted if measured and predicted else None,
     }
+
+
+def scaled_prediction(cost: Mapping[str, Any], flops: float) -> float | None:
+    """A plan cost's predicted time (us, at its reference shape) scaled by FLOPs to `flops`; None without FLOPs."""
+    return cost["predicted_us"] * flops / cost["flops"] if cost.get("flops") else None
+
+
+def backward_model_row(cfg: Config, plan: Mapping[str, Any], measured_ms: float | None) -> dict[str, Any]:
+    """A backward plan's model beside the measured backward time of one config (plan: a backward plan's summary(),
+    with its cost): the predicted time scaled by FLOPs to this shape, its TFLOP/s and measured / predicted."""
+    cost = plan["cost"]
+    flops = BWD_OVER_FWD * cfg.flops
+    predicted = scaled_prediction(cost, flops)
+    measured = measured_ms * 1e3 if measured_ms else None
+    return {
+        "family": plan.get("family"),
+        "flops": flops,
+        "plan_cost": dict(cost),
+        "predicted_us_scaled": predicted,
+        "predicted_tflops": flops / predicted / 1e6 if predicted else None,
+        "measured_us": measured,
+        "measured_over_predicted": measured / predicted if measured and predicted else None,
+    }
+
+
+def model_text(m: Mapping[str, Any]) -> str:
+    """A model row as the bench prints it for every point: 'measured 1200 us, model 950 us (scaled from the plan's
+    reference shape), measured/model 1.26'; '-' where a figure is missing."""
+    def us(value: float | None) -> str:
+        return f"{value:.0f} us" if value else "-"
+
+    ratio = m.get("measured_over_predicted")
+    return (f"measured {us(m.get('measured_us'))}, model {us(m.get('predicted_us_scaled'))} (scaled from the plan's "
+            f"reference shape), measured/model {f'{ratio:.2f}' if ratio else '-'}")
 
 
 def tiling_label(plan: Mapping[str, Any]) -> str:

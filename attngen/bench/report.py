@@ -385,13 +385,14 @@ def print_table(results: dict[str, Any], console: Console) -> None:
     names = impl_names(results)
     table = Table(title=f"attngen forward, {results.get('environment', {}).get('gpu', '?')} (TFLOP/s)",
                   title_justify="left")
-    for col in ("hd", "seqlen", "causal", *names, *(f"x{p}" for p in names[1:]), "of bound"):
+    for col in ("hd", "seqlen", "causal", *names, *(f"x{p}" for p in names[1:]), "of bound", "measured/model"):
         table.add_column(col, justify="right")
     for r in results.get("results", []):
         ratios = [_ratio_cell(r.get("ratios", {}).get(p)) for p in names[1:]]
-        bound = (r.get("model") or {}).get("achieved_fraction")
+        m = r.get("model") or {}
         table.add_row(str(r["head_dim"]), str(r["seqlen"]), "yes" if r["causal"] else "no",
-                      *(_cell(r, n) for n in names), *ratios, _num(bound, ".2f"))
+                      *(_cell(r, n) for n in names), *ratios, _num(m.get("achieved_fraction"), ".2f"),
+                      _num(m.get("measured_over_predicted"), ".2f"))
     console.print(table)
     for c in results.get("compile", []):
         if "error" not in c:

@@ -127,6 +127,8 @@ def run_config(cfg: Config, impls: list[Impl], results: dict[str, Any], seed: in
     del q, k, v, ref
     torch.cuda.empty_cache()
     _annotate(row, cfg, results)
+    if row.get("model"):
+        log(f"{cfg.label:24s} {'model':10s} {model.model_text(row['model'])}")
     return row
 
 

@@ -23,12 +23,12 @@ from ..codegen.abi import BWD_PARAMS, layout, with_variant
 from ..errors import PlanError
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
-from ..features.mask import MASKS
+from ..features.mask import MASKS, mask_trait
 from ..features.variant import params_with_variant
 from ..planning import shared
 from ..planning.archs import ArchInfo
-from ..planning.ir import BwdPlan, DkdvTiling, DqTiling, SmemRegions
-from ..planning.planner_bwd import BackwardFamily, LoadFunction
+from ..planning.ir import BwdCost, BwdPlan, DkdvTiling, DqTiling, SmemRegions
+from ..planning.planner_bwd import BackwardFamily, LoadFunction, backward_cost, preprocess_us, wave_efficiency
 from ..planning.shared import kernel_name, swizzle_chunks
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
@@ -143,6 +143,34 @@ def dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
                           heads * (n // t.block_m) * chunks * (n // t.block_n))
 
 
+def resident_blocks(info: ArchInfo, smem: int, regs: int, threads: int) -> int:
+    """Blocks of one kernel resident per SM: by shared memory (with the driver's reserve), registers and threads."""
+    return min(info.smem_per_sm // (smem + info.smem_reserved_per_block), info.regs_per_sm // (regs * threads),
+               info.max_threads_per_sm // threads)
+
+
+def plan_cost(spec: AttentionSpec, info: ArchInfo, dkdv: DkdvTiling, dq: DqTiling, dq_atomic: bool) -> BwdCost:
+    """The plan's predicted time at the reference workload: the preprocess, then dkdv_cost and dq_cost (the
+    ranking's terms) times the share of tiles the mask keeps, over the waves each kernel's grid fills. Not
+    calibrated: on the H100 these kernels measured 190-200 TFLOP/s at hd128, seqlen 4096-16384 (the deterministic
+    column of benchmarks/results/h100/bwd_hopper/bwd.json) where this predicts ~280; the bench's measured/model
+    column keeps the gap in view."""
+    density = mask_trait(spec).cost_density
+    heads = shared.REF_HIDDEN // spec.head_dim
+    n = shared.REF_SEQLEN
+
+    def kernel(cost: float, rows: int, d_chunk: int, t: DkdvTiling | DqTiling) -> float:
+        blocks = -(-n // rows) * (spec.head_dim // d_chunk) * heads
+        resident = resident_blocks(info, t.smem_bytes, t.regs_estimate, t.num_warps * 32)
+        return cost * density / wave_efficiency(info, blocks, resident)
+
+    kernels = [("preprocess", preprocess_us(spec, info)),
+               ("dkdv", kernel(dkdv_cost(spec, info, dkdv, dq_atomic), dkdv.block_n, dkdv.d_chunk, dkdv))]
+    if not dq_atomic:
+        kernels.append(("dq", kernel(dq_cost(spec, info, dq), dq.block_m, dq.d_chunk, dq)))
+    return backward_cost(spec, info, kernels, info.mma_flops_per_clk)
+
+
 def dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str], dq_atomic: bool) -> list[DkdvTiling]:
     out = []
     for warps, bm, dc in itertools.product(DKDV_WARPS, DKDV_BLOCK_MS, d_chunks(spec)):
@@ -217,7 +245,8 @@ class Sm80Backward(BackwardFamily):
                   f"{len(dkdv)} fitting; dq: {dq_how}, lowest predicted cost of {len(dq)} fitting")
         return BwdPlan(spec=spec, arch=arch, family=self.name,
                        kernel_name=kernel_name(spec, arch, PipelineKind.multistage, "bwd"), dkdv=best, dq=best_dq,
-                       dq_atomic=dq_atomic, reason=reason, rejected=tuple(rejected))
+                       dq_atomic=dq_atomic, cost=plan_cost(spec, info, best, best_dq, dq_atomic), reason=reason,
+                       rejected=tuple(rejected))
 
     def explain_lines(self, plan: BwdPlan) -> list[str]:
         a, b = plan.dkdv, plan.dq

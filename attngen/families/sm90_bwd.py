@@ -19,12 +19,21 @@ from ..codegen.wgmma import backward_ops
 from ..errors import PlanError
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
-from ..features.mask import MASKS
+from ..features.mask import MASKS, mask_trait
 from ..features.variant import params_with_variant
 from ..planning.archs import ArchInfo, arch_info
-from ..planning.ir import HopperBwdPlan, HopperBwdTiling, SmemRegions
-from ..planning.planner_bwd import BackwardFamily, LoadFunction
-from ..planning.shared import ALIGN_SLACK, kernel_name, schedule_words, setmaxnreg_split
+from ..planning.ir import BwdCost, HopperBwdPlan, HopperBwdTiling, SmemRegions
+from ..planning.planner_bwd import BackwardFamily, LoadFunction, backward_cost, preprocess_us, wave_efficiency
+from ..planning.shared import (
+    ALIGN_SLACK,
+    BWD_FLOPS_OVER_FWD,
+    REF_HIDDEN,
+    REF_SEQLEN,
+    kernel_name,
+    ref_forward_flops,
+    schedule_words,
+    setmaxnreg_split,
+)
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
@@ -43,6 +52,15 @@ BLOCK_N = 128
 STAGES = 2
 #: Consumer registers beside dK, dV, S^T and dP^T (calibrated with -Xptxas=-v like the forward's).
 REG_OVERHEAD = 40
+#: exp() per clock per SM (the MUFU units, 16 per SM on Hopper, as sm90_fwd counts them): one per recomputed P.
+MUFU_PER_CLK = 16
+#: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
+#: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
+#: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its TMA
+#: reduction. Calibrated on the H100 (benchmarks/results/h100/bwd_hopper/bwd.json): hd128 unmasked at seqlen 4096
+#: (batch 4) measured 387 TFLOP/s, which this predicts; hd64 (339 measured) then predicts ~358, hd128 causal
+#: (343) ~382.
+STEP_OVERHEAD_CLK = 3200
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
@@ -78,6 +96,23 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(spec, from_smem), smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words)
+
+
+def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCost:
+    """The preprocess, then the dK/dV kernel at the reference workload: the useful FLOPs at the wgmma rate, the
+    exps of the recomputed P and STEP_OVERHEAD_CLK per step, run one after the other (the model grants no
+    overlap), times the share of tiles the mask keeps, over the waves of one block per SM."""
+    n, heads = REF_SEQLEN, REF_HIDDEN // spec.head_dim
+    density = mask_trait(spec).cost_density
+    sms, clk = info.num_sms_hint, info.clock_ghz * 1e3
+    kv_blocks = -(-n // t.block_n) * heads
+    steps = kv_blocks * -(-n // t.block_m) * density
+    t_exp = heads * n * n * density / (MUFU_PER_CLK * sms * clk)
+    t_steps = steps / sms * STEP_OVERHEAD_CLK / clk
+    t_mma = BWD_FLOPS_OVER_FWD * ref_forward_flops(spec) / (info.wgmma_flops_per_clk * sms * clk)
+    dkdv = (t_mma + t_exp + t_steps) / wave_efficiency(info, kv_blocks, 1)
+    return backward_cost(spec, info, [("preprocess", preprocess_us(spec, info)), ("dkdv_wgmma", dkdv)],
+                         info.wgmma_flops_per_clk)
 
 
 def dq_before_dk(spec: AttentionSpec, dkv_from_smem: bool) -> bool:
@@ -119,7 +154,7 @@ class Sm90Backward(BackwardFamily):
                   f"the mma.sync kernels")
         return HopperBwdPlan(spec=spec, arch=info.arch, family=self.name,
                              kernel_name=kernel_name(spec, info.arch, PipelineKind.multistage, "bwd"), dkdv_wgmma=t,
-                             reason=reason)
+                             cost=plan_cost(spec, info, t), reason=reason)
 
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
         h = plan.dkdv_wgmma

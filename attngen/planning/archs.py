@@ -104,3 +104,55 @@ ARCHS: dict[Arch, ArchInfo] = {
 
 def arch_info(arch: Arch) -> ArchInfo:
     return ARCHS[arch]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatmulCeiling:
+    """The dense fp16/bf16 matmul rate of one GPU generation that a predicted throughput is held against: measured
+    where the project has measured it, else the vendor's datasheet figure (and it says so)."""
+
+    arch: Arch
+    #: The part the figure is of.
+    part: str
+    #: Dense fp16/bf16 FLOP/s (fp32 accumulation, no sparsity).
+    flops_per_s: float
+    #: True: timed on our GPU; False: the vendor's figure, not measured here.
+    measured: bool
+    #: Where the number comes from.
+    source: str
+
+    @property
+    def tflops(self) -> float:
+        return self.flops_per_s / 1e12
+
+    @property
+    def kind(self) -> str:
+        """'measured' or 'vendor': how explain names the ceiling."""
+        return "measured" if self.measured else "vendor"
+
+
+MATMUL_CEILINGS: dict[Arch, MatmulCeiling] = {
+    Arch.sm80: MatmulCeiling(arch=Arch.sm80, part="A100 SXM", flops_per_s=312e12, measured=False,
+                             source="vendor: A100 datasheet, bf16 dense tensor core 312 TFLOP/s; not measured here"),
+    Arch.sm86: MatmulCeiling(arch=Arch.sm86, part="A10", flops_per_s=125e12, measured=False,
+                             source="vendor: A10 datasheet, bf16 dense tensor core 125 TFLOP/s; not measured here"),
+    Arch.sm89: MatmulCeiling(arch=Arch.sm89, part="L40S", flops_per_s=362e12, measured=False,
+                             source="vendor: L40S datasheet, bf16 dense tensor core 362 TFLOP/s; not measured here"),
+    # The bench's ceiling (measure.ceilings: torch.matmul of two 8192 x 8192 bf16 matrices, median time) in the 7
+    # committed bf16 runs on the project's H100 80GB HBM3 (SXM): 736-802 TFLOP/s, median 762
+    # (benchmarks/results/h100/**/bench.json "ceilings"); the vendor's dense figure is 989.
+    Arch.sm90: MatmulCeiling(arch=Arch.sm90, part="H100 SXM", flops_per_s=760e12, measured=True,
+                             source="measured: bf16 8192^3 torch.matmul on our H100 80GB HBM3, 736-802 TFLOP/s in 7 "
+                                    "bench runs, median 762 (benchmarks/results/h100/**/bench.json ceilings)"),
+    Arch.sm100: MatmulCeiling(arch=Arch.sm100, part="B200", flops_per_s=2250e12, measured=False,
+                              source="vendor: B200 (HGX) datasheet, bf16 dense tensor core 2.25 PFLOP/s; not "
+                                     "measured here"),
+    # The archs table's matrix rate (1024 FLOP/clk/SM x 170 SMs x 2.41 GHz) is the same figure.
+    Arch.sm120: MatmulCeiling(arch=Arch.sm120, part="RTX 5090", flops_per_s=419e12, measured=False,
+                              source="vendor: RTX 5090 (Blackwell GeForce whitepaper), fp16/bf16 dense tensor 419 "
+                                     "TFLOP/s; not measured here"),
+}
+
+
+def matmul_ceiling(arch: Arch) -> MatmulCeiling:
+    return MATMUL_CEILINGS[arch]

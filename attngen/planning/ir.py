@@ -253,6 +253,23 @@ class HopperBwdTiling(_Frozen):
         return 128 * (1 + self.block_n // 64)
 
 
+class BwdCost(_Frozen):
+    """The backward's explicit cost model at the reference workload (planning.shared.REF_SEQLEN, batch 1,
+    REF_HIDDEN / head_dim heads): the useful FLOPs (BWD_FLOPS_OVER_FWD x the forward's) and the time its
+    kernels are predicted to take. It states what the plan should reach; it does not choose the plan."""
+
+    ref_seqlen: int
+    #: Useful FLOPs: 2.5 x the forward's at the reference workload (recomputation not counted).
+    flops: int
+    #: The useful FLOPs at the family's matrix rate alone (the arch table's peak).
+    t_mma_us: float
+    #: Each kernel's predicted time in launch order: (entry point suffix, us).
+    kernels: tuple[tuple[str, float], ...]
+    #: t_mma_us / predicted_us: the share of the matrix peak the plan is predicted to reach.
+    efficiency: float
+    predicted_us: float
+
+
 class BwdPlan(_Frozen):
     """The sm80_bwd family's plan: the preprocess, dK/dV and dQ kernels (mma.sync, atomic-free)."""
 
@@ -269,6 +286,7 @@ class BwdPlan(_Frozen):
     #: dQ accumulated by the dK/dV kernel with fp32 atomics (5 GEMMs per tile pair, run-to-run
     #: rounding may differ); False: the atomic-free dQ kernel (7 GEMMs, bitwise reproducible).
     dq_atomic: bool = False
+    cost: BwdCost
     reason: str
     rejected: tuple[str, ...] = ()
 
@@ -279,7 +297,7 @@ class BwdPlan(_Frozen):
     def summary(self) -> dict[str, object]:
         return {"kernel_name": self.kernel_name, "arch": self.arch.value, "family": self.family,
                 "dkdv": self.dkdv.model_dump(), "dq": self.dq.model_dump(), "dq_atomic": self.dq_atomic,
-                "preprocess_rows": self.preprocess_rows, "reason": self.reason}
+                "preprocess_rows": self.preprocess_rows, "cost": self.cost.model_dump(), "reason": self.reason}
 
 
 class HopperBwdPlan(_Frozen):
@@ -293,6 +311,7 @@ class HopperBwdPlan(_Frozen):
     kernel_name: str
     dkdv_wgmma: HopperBwdTiling
     preprocess_rows: int = 32
+    cost: BwdCost
     reason: str
 
     @property
@@ -306,7 +325,7 @@ class HopperBwdPlan(_Frozen):
     def summary(self) -> dict[str, object]:
         return {"kernel_name": self.kernel_name, "arch": self.arch.value, "family": self.family,
                 "dkdv_wgmma": self.dkdv_wgmma.model_dump(), "preprocess_rows": self.preprocess_rows,
-                "reason": self.reason}
+                "cost": self.cost.model_dump(), "reason": self.reason}
 
 
 class DecodeTiling(_Frozen):

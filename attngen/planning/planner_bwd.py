@@ -19,7 +19,8 @@ from ..errors import PlanError
 from ..families.base import Direction, KernelFamily
 from ..spec.model import Arch, AttentionSpec
 from .archs import ArchInfo, arch_info
-from .ir import BwdPlan, HopperBwdPlan
+from .ir import BwdCost, BwdPlan, HopperBwdPlan
+from .shared import BWD_FLOPS_OVER_FWD, REF_HIDDEN, REF_SEQLEN, ref_forward_flops
 
 if TYPE_CHECKING:
     import torch
@@ -64,6 +65,35 @@ class BackwardFamily(KernelFamily):
                softmax_scale: float, args: Any, seqs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Run the family's kernels on `stream` (`function` loads an entry point of its cubin; `args` are the
         call's variant arguments, `seqs` its sequences, a runtime.seqlens.Seqlens): dq, dk, dv."""
+
+
+def backward_cost(spec: AttentionSpec, info: ArchInfo, kernels: list[tuple[str, float]],
+                  matrix_flops_per_clk: int) -> BwdCost:
+    """A backward plan's cost: its useful FLOPs (BWD_FLOPS_OVER_FWD x the forward's at the reference workload)
+    and its kernels' predicted times (us, in launch order), which add up to the predicted time;
+    `matrix_flops_per_clk` is the family's matrix rate per SM (the arch table's)."""
+    flops = BWD_FLOPS_OVER_FWD * ref_forward_flops(spec)
+    t_mma = flops / (matrix_flops_per_clk * info.num_sms_hint * info.clock_ghz * 1e3)
+    total = sum(us for _, us in kernels)
+    return BwdCost(ref_seqlen=REF_SEQLEN, flops=int(flops), t_mma_us=round(t_mma, 2),
+                   kernels=tuple((name, round(us, 2)) for name, us in kernels), efficiency=round(t_mma / total, 3),
+                   predicted_us=round(total, 2))
+
+
+def preprocess_us(spec: AttentionSpec, info: ArchInfo) -> float:
+    """The preprocess kernel at the reference workload: it reads O and dO once and writes D = rowsum(dO * O),
+    one fp32 per row, at the arch's DRAM bandwidth."""
+    from ..features.dtype import dtype_trait
+
+    rows = REF_HIDDEN // spec.head_dim * REF_SEQLEN
+    return rows * (2 * spec.head_dim * dtype_trait(spec.dtype).size + 4) / (info.hbm_gbps * 1e3)
+
+
+def wave_efficiency(info: ArchInfo, blocks: int, resident: int) -> float:
+    """The share of the SMs' block slots (`resident` blocks per SM) that `blocks` blocks keep busy over their
+    waves (the forward's tile_efficiency)."""
+    slots = max(1, resident) * info.num_sms_hint
+    return blocks / (-(-blocks // slots) * slots)
 
 
 def backward_families() -> list[BackwardFamily]:

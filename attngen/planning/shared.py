@@ -16,6 +16,21 @@ from .archs import ArchInfo
 #: sequence length, and batch x heads x head_dim filling this hidden size.
 REF_SEQLEN = 4096
 REF_HIDDEN = 2048
+#: Backward FLOPs over the forward's: five products of the forward's two sizes (S = Q K^T recomputed, dP = dO V^T,
+#: dV = P^T dO, dK = dS^T Q, dQ = dS K) against two. FlashAttention's papers and the bench (bench.backward) count
+#: the backward so; recomputation beyond S (a head-dim slice's, say) is not useful work and not counted.
+BWD_FLOPS_OVER_FWD = 2.5
+
+
+def ref_forward_flops(spec: AttentionSpec) -> float:
+    """The forward's FLOPs at the reference workload: 4 x seqlen^2 x head_dim per head, times the share of
+    scores the mask keeps (mask_trait.cost_density: 0.5 causal), as the forward cost models count them."""
+    from ..features.mask import mask_trait
+
+    heads = REF_HIDDEN // spec.head_dim
+    return heads * 4 * REF_SEQLEN * REF_SEQLEN * spec.head_dim * mask_trait(spec).cost_density
+
+
 #: Fixed cost of one loop iteration of an mma.sync kernel (cp.async wait, barrier, loop and softmax
 #: bookkeeping), in clocks; another resident block overlaps it. 512 makes the forward's model rank
 #: hd256 block_n 64 over 32 as the H100 sweep measured (294 vs 270 TFLOP/s; benchmarks/NOTES.md).
