@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..planning.shared import BWD_FLOPS_OVER_FWD
+
 SEQLENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
 TOKENS = 16384
@@ -23,8 +25,8 @@ IMPLS: tuple[str, ...] = ("attngen", *PEERS)
 #: Largest relative error (float64 reference, L2 norm) an output may have and still be timed.
 TOLERANCE: dict[str, float] = {"bf16": 2e-2, "fp16": 1e-2}
 ELEM_BYTES = 2
-#: Backward FLOPs over forward (planning.shared.BWD_FLOPS_OVER_FWD: five products against two).
-BWD_OVER_FWD = 2.5
+#: Backward FLOPs over forward (five products against two), as the planner counts them.
+BWD_OVER_FWD = BWD_FLOPS_OVER_FWD
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ global sequence; sinks join each row once, in the merge.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..features.score_mod import SINKS, alibi_slopes
+from ..features.score_mod import alibi_slopes
 from ..features.variant import variant_of
 from ..spec.model import AttentionSpec
 from .layout import Layout, check_seqlen, layout_of
@@ -36,8 +36,6 @@ class _Run:
     kernels: ShardKernels
     plan: CpPlan
     group: Group
-    sinks_at: int = -1
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         run = ring_forward if self.plan.strategy is Strategy.ring else gather_forward
@@ -51,7 +49,8 @@ class _Run:
 def _autograd() -> Any:
     import torch
 
-    from .merge import add_sinks, sinks_grad
+    from ..runtime.backward import sinks_grad
+    from .merge import add_sinks
 
     class ContextParallelFunction(torch.autograd.Function):
         @staticmethod
@@ -75,7 +74,7 @@ def _autograd() -> Any:
             dq, dk, dv = ctx.run.backward(dout, q, k, v, out, lse)
             dsinks = None
             if sinks is not None and ctx.needs_input_grad[4]:
-                dsinks = sinks_grad(sinks.detach(), dout, out, lse)
+                dsinks = sinks_grad(sinks.detach(), dout, out, lse, None)  # this rank's rows' share
                 if ctx.run.group.world > 1:
                     dist.all_reduce(dsinks, group=ctx.run.group.group)
                 dsinks = dsinks.to(sinks.dtype)
@@ -160,6 +159,8 @@ class ContextParallelAttention:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, softmax_scale: float | None = None,
                  return_lse: bool = False, **variant_args: Any) -> Any:
         """This rank's rows of the output (and its fp32 LSE (batch, heads, local_seqlen) with return_lse)."""
+        import torch
+
         from .arguments import check_shards, split_arguments
 
         scale = check_shards(self.spec, q, k, v, softmax_scale, self.backend)
@@ -171,7 +172,7 @@ class ContextParallelAttention:
         specs = self.specs(seqlen_q, seqlen_k)
         parts = split_arguments(self.spec, specs, variant_args, q)
         for name in specs.computed:  # ALiBi's standard slopes, a tensor of the offset spec
-            parts.tensors[name] = q.new_tensor(alibi_slopes(q.shape[2]), dtype=_float32())
+            parts.tensors[name] = q.new_tensor(alibi_slopes(q.shape[2]), dtype=torch.float32)
         args = CallArgs(scale, parts.tensors, parts.scalars)
         kernels: ShardKernels = ReferenceShards(specs, args) if self.backend == "reference" else \
             CompiledShards(specs, args, self._kernels.setdefault((seqlen_q, seqlen_k), {}))
@@ -184,11 +185,3 @@ class ContextParallelAttention:
         out, lse = self._function.apply(run, q, k, v, parts.sinks)
         return (out, lse) if return_lse else out
 
-
-def _float32() -> Any:
-    import torch
-
-    return torch.float32
-
-
-__all__ = ["SINKS", "ContextParallelAttention"]

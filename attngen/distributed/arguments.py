@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..features.mask import mask_trait
 from ..features.score_mod import SINKS
 from ..features.variant import variant_of
+from ..runtime.checks import softmax_scale_of
 from ..spec.model import AttentionSpec
 from .shard_specs import ShardSpecs
 
@@ -42,11 +42,7 @@ def check_shards(spec: AttentionSpec, q: Any, k: Any, v: Any, softmax_scale: flo
         raise ValueError(f"q and k must have one batch size, got {q.shape[0]} and {k.shape[0]}")
     if k.shape[2] == 0 or q.shape[2] % k.shape[2]:
         raise ValueError(f"q's heads ({q.shape[2]}) must be a multiple of k's and v's kv_heads ({k.shape[2]})")
-    if softmax_scale is None:
-        return 1.0 / math.sqrt(spec.head_dim)
-    if not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale) or softmax_scale <= 0:
-        raise ValueError(f"softmax_scale must be a positive finite float, got {softmax_scale!r}")
-    return float(softmax_scale)
+    return softmax_scale_of(softmax_scale, spec.head_dim)
 
 
 @dataclass

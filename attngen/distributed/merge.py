@@ -40,12 +40,3 @@ def add_sinks(acc_out: torch.Tensor, acc_lse: torch.Tensor, sinks: torch.Tensor)
     acc_out.mul_(torch.exp(acc_lse - new).transpose(1, 2).unsqueeze(-1))
     acc_lse.copy_(new)
 
-
-def sinks_grad(sinks: torch.Tensor, dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-    """This rank's rows' share of d loss / d sinks[h] = -sum over rows of P_sink * rowsum(dO * O)."""
-    import torch
-
-    delta = (dout.to(lse.dtype) * out.to(lse.dtype)).sum(-1).transpose(1, 2)
-    p_sink = torch.exp(sinks.to(lse.dtype).view(1, -1, 1) - lse)
-    p_sink = torch.where(torch.isfinite(lse), p_sink, torch.zeros_like(p_sink))
-    return -(p_sink * delta).sum(dim=(0, 2))

@@ -88,6 +88,12 @@ class ShardSpecs:
     renamed: Mapping[str, str] = field(init=False)
     #: The offset spec's tensors attngen fills itself (ALiBi's standard slopes), not the caller.
     computed: frozenset[str] = field(init=False)
+    #: The user's mask parsed once (the host classifier reads it for every pair of every call), or None.
+    mask_tree: Any = field(init=False)
+    #: The spec's fields every derived spec keeps (no sinks, the window folded into the mask).
+    _base: dict[str, Any] = field(init=False, repr=False)
+    #: Window specs by their (left, right), built once each.
+    _windows: dict[tuple[int, int], AttentionSpec] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         mod = score_mod_trait(self.spec)
@@ -95,6 +101,8 @@ class ShardSpecs:
         base = self.spec.model_dump(mode="json", exclude_none=True)
         base.update(sinks=SinksKind.none.value)
         base.pop("window", None)
+        object.__setattr__(self, "_base", base)
+        object.__setattr__(self, "mask_tree", mask.parsed())
         mask_part = _offset_part(mask, self.seqlen_q, self.seqlen_k)
         mod_part = _offset_part(mod, self.seqlen_q, self.seqlen_k)
         offset = {**base, "name": _name(self.spec, "cp"), "mask": mask_part or "none"}
@@ -128,22 +136,20 @@ class ShardSpecs:
         right2 = right + c if right >= 0 else -1
         if (left >= 0 and left2 < 0) or (right >= 0 and right2 < 0):
             return None
-        base = self.spec.model_dump(mode="json", exclude_none=True)
-        base.update(sinks=SinksKind.none.value)
-        base.pop("window", None)
         if (left2, right2) == (-1, -1):
-            mask: Any = "none"
-        elif (left2, right2) == (-1, 0):
-            mask = "causal"
-        else:
-            mask = {"kind": "sliding_window", "window": [left2, right2]}
-        tag = "cp_full" if mask == "none" else f"cp_w{left2}_{right2}".replace("-1", "inf")
-        return AttentionSpec.model_validate({**base, "name": _name(self.spec, tag), "mask": mask})
+            return self.unmasked
+        if (left2, right2) not in self._windows:
+            mask: Any = "causal" if (left2, right2) == (-1, 0) else \
+                {"kind": "sliding_window", "window": [left2, right2]}
+            tag = f"cp_w{left2}_{right2}".replace("-1", "inf")
+            self._windows[left2, right2] = AttentionSpec.model_validate(
+                {**self._base, "name": _name(self.spec, tag), "mask": mask})
+        return self._windows[left2, right2]
 
     def classify(self, q: tuple[int, int], kv: tuple[int, int], batch: int, heads: int,
                  tensor_bounds: Any = None, scalars: Mapping[str, float] | None = None) -> lang.TileClass:
         """EMPTY / PARTIAL / FULL of the global block q x kv (inclusive ranges), over every batch entry and head."""
-        tree = mask_trait(self.spec).parsed()
+        tree = self.mask_tree
         if tree is None:
             return lang.TileClass.FULL
         points: dict[str, Any] = {"b": lang.Interval(0, batch - 1), "h": lang.Interval(0, heads - 1),

@@ -92,8 +92,9 @@ def preprocess_us(spec: AttentionSpec, info: ArchInfo) -> float:
 def wave_efficiency(info: ArchInfo, blocks: int, resident: int) -> float:
     """The share of the SMs' block slots (`resident` blocks per SM) that `blocks` blocks keep busy over their
     waves (the forward's tile_efficiency)."""
-    slots = max(1, resident) * info.num_sms_hint
-    return blocks / (-(-blocks // slots) * slots)
+    from .splits import wave_efficiency as busy_share
+
+    return busy_share(blocks, max(1, resident) * info.num_sms_hint)
 
 
 def backward_families() -> list[BackwardFamily]:

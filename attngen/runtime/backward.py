@@ -99,10 +99,11 @@ def sinks_grad(sinks: torch.Tensor, dout: torch.Tensor, out: torch.Tensor, lse: 
     each row's D = rowsum(dO * O) (a sink adds to the denominator, never to the output)."""
     import torch
 
-    delta = (dout.float() * out.float()).sum(-1).transpose(1, 2)  # (batch, heads, seqlen_q)
+    wide = lse.dtype  # fp32 for the kernels, float64 for references
+    delta = (dout.to(wide) * out.to(wide)).sum(-1).transpose(1, 2)  # (batch, heads, seqlen_q)
     if dlse is not None:
         delta = delta - dlse
-    p_sink = torch.exp(sinks.float()[None, :, None] - lse)
+    p_sink = torch.exp(sinks.to(wide)[None, :, None] - lse)
     p_sink = torch.where(torch.isfinite(lse), p_sink, torch.zeros_like(p_sink))
     return -(p_sink * delta).sum(dim=(0, 2))
 

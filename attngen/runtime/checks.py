@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..features.dtype import dtype_trait
 from ..spec.model import AttentionSpec
+
+
+def softmax_scale_of(softmax_scale: Any, head_dim: int) -> float:
+    """The softmax scale to use: 1/sqrt(head_dim) for None, else a positive finite float."""
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale) or softmax_scale <= 0:
+        raise ValueError(f"softmax_scale must be a positive finite float, got {softmax_scale!r}")
+    return float(softmax_scale)
 
 
 def check_tensor(name: str, t: Any, spec: AttentionSpec, packed: bool = False) -> None:

@@ -14,7 +14,7 @@ from ..spec.model import Arch, AttentionSpec, SeqlensKind
 from ..toolchain.artifacts import Cubin
 from . import op
 from . import variant_args as variant_args_mod
-from .checks import check_tensor
+from .checks import check_tensor, softmax_scale_of
 from .device import current_arch
 from .seqlens import Seqlens, check_packed
 from .variant_args import KernelVariant, VariantArgs
@@ -190,11 +190,7 @@ class AttentionKernel:
             built = ", ".join(a.value for a in self.arches)
             raise ValueError(f"this kernel was built for {built}; the tensors are on a {arch.value} GPU "
                              f"({torch.cuda.get_device_name(q.device)}); compile the spec for {arch.value}")
-        if softmax_scale is None:
-            return 1.0 / math.sqrt(self.spec.head_dim)
-        if not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale) or softmax_scale <= 0:
-            raise ValueError(f"softmax_scale must be a positive finite float, got {softmax_scale!r}")
-        return float(softmax_scale)
+        return softmax_scale_of(softmax_scale, self.spec.head_dim)
 
     # ---- launch -------------------------------------------------------------------------------
     def _function(self, device_index: int, arch: Arch) -> Any:
