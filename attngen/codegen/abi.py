@@ -92,6 +92,12 @@ BWD_PARAMS: tuple[Field, ...] = (
     Field("dout", "const void*", _PTR),
     Field("lse", "const float*", _PTR),
     Field("delta", "float*", _PTR),
+    # The LSE's gradient (the LSE's layout) or null: the preprocess writes D - dlse.
+    Field("dlse", "const float*", _PTR),
+    # Families that stage a query tile's row values by bulk copies: the LSE in log2 units beside D, both in
+    # rows padded per entry to the query tile (rows_stride values per head); null and 0 elsewhere.
+    Field("lse_log2", "float*", _PTR),
+    Field("rows_stride", "long long", _I64),
     Field("dq", "void*", _PTR),
     Field("dk", "void*", _PTR),
     Field("dv", "void*", _PTR),

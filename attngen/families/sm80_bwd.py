@@ -269,7 +269,7 @@ class Sm80Backward(BackwardFamily):
         chunks = swizzle_chunks(plan.spec.head_dim, dtype_trait(plan.spec.dtype).size)
         fields = params_with_variant(BWD_PARAMS, plan.spec)
         return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": fields,
-                "params_layout": layout(fields), "swizzle_chunks": chunks}
+                "params_layout": layout(fields), "swizzle_chunks": chunks, "pad_rows": 0}
 
     def launch(self, plan: BwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
@@ -277,11 +277,11 @@ class Sm80Backward(BackwardFamily):
         from ..runtime import backward as rt
         from ..runtime.driver import launch
 
-        b = rt.buffers(q, k, v, accumulate=plan.dq_atomic)
+        b = rt.buffers(q, k, v, accumulate=plan.dq_atomic, dlse=dlse)
         params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
                                 softmax_scale, args, seqs)
         pre, dkdv, dq = plan.entry_names
-        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b, dlse)
+        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b)
         batch, seqlen_q, seqlen_k, heads = seqs.batch, seqs.seqlen_q, seqs.seqlen_k, seqs.heads
         head_dim, kv_heads = q.shape[3], k.shape[2]
         a, t = plan.dkdv, plan.dq

@@ -74,8 +74,8 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     dq_cols = 64
     col_step, query_step = (64, 0) if bm == 64 else (0, 64)
     # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup; mbarriers.
-    # ... and per consumer warpgroup a double buffer of the query rows' LSE and D; a mask with holes adds
-    # its live-tile bitmap (planning.shared.SCHEDULE_WORDS).
+    # ... and per stage the query tile's LSE and D (bulk-copied beside Q and dO); a mask with holes adds its
+    # live-tile bitmap (planning.shared.SCHEDULE_WORDS).
     # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
     # would spill beside S^T and dP^T: 60 B at hd64), so P^T gets a tile beside dS^T.
     from_smem = bm == 128
@@ -83,7 +83,7 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     words = schedule_words(spec)
     layout = SmemRegions.stack([
         ("K", bn * d * e), ("V", bn * d * e), ("Q", st * bm * d * e), ("DO", st * bm * d * e), ("DS", bn * bm * e),
-        ("P", bn * bm * e if from_smem else 0), ("DQ", wgs * 64 * dq_cols * 4), ("Rows", wgs * 2 * 2 * bm * 4),
+        ("P", bn * bm * e if from_smem else 0), ("DQ", wgs * 64 * dq_cols * 4), ("Rows", st * 2 * bm * 4),
         ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
@@ -177,7 +177,8 @@ class Sm90Backward(BackwardFamily):
                                                       dtype_trait(plan.spec.dtype).mma_k)
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, "t_op": t_op, "acc_op": acc_op,
                 "acc_ss_op": acc_ss_op, "dq_op": dq_op, "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op),
-                "params": hopper, "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre)}
+                "params": hopper, "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
+                "pad_rows": hb.block_m}
 
     def launch(self, plan: HopperBwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
@@ -189,20 +190,21 @@ class Sm90Backward(BackwardFamily):
 
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v, dout = (x if tma.describable(x) else x.contiguous() for x in (q, k, v, dout))
-        b = rt.buffers(q, k, v, accumulate=True)
+        h = plan.dkdv_wgmma
+        # D and the LSE padded per entry to whole query tiles: the producer bulk-copies a tile's row values.
+        b = rt.buffers(q, k, v, accumulate=True, entries=seqs.batch, pad_rows=h.block_m, dlse=dlse)
         params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse, softmax_scale,
                                 args, seqs)
         # The wgmma kernel's block: the five tensor maps, then the same fields.
         hopper = rt.param_block(with_variant(HOPPER_BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
                                 softmax_scale, args, seqs)
-        h = plan.dkdv_wgmma
         for field, x, rows in (("tma_q", q, h.block_m), ("tma_do", dout, h.block_m), ("tma_k", k, h.block_n),
                                ("tma_v", v, h.block_n)):
             tma.fill(hopper, field, tma.tensor_map(tma.map_key(x, rows)))
         # dQ boxes: one warpgroup's wgmma rows (64) by 128 bytes of fp32 columns.
         tma.fill(hopper, "tma_dq_accum", tma.tensor_map(tma.map_key(b.dq_accum, wgmma.M)))
         pre, dkdv = plan.entry_names
-        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b, dlse)
+        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b)
         batch, seqlen_k, kv_heads = seqs.batch, seqs.seqlen_k, k.shape[2]
         if seqlen_k:
             launch(function(dkdv, h.smem_bytes), (-(-seqlen_k // h.block_n), kv_heads, batch), h.threads, stream,

@@ -111,7 +111,10 @@ def sinks_grad(sinks: torch.Tensor, dout: torch.Tensor, out: torch.Tensor, lse: 
 @dataclass(frozen=True)
 class Buffers:
     """What a backward writes: D per query row, the gradients, and (for a family that adds dQ up) its
-    fp32 accumulator (else `delta` stands in for the unused pointer)."""
+    fp32 accumulator (else `delta` stands in for the unused pointer). With padded rows (`pad_rows` > 0) D and
+    `lse_log2` (the LSE in log2 units) are (heads, rows_stride) buffers whose entries start at whole tiles
+    (the preprocess's padded_rows_offset); `dlse`, the LSE's gradient in the LSE's layout, is held here until
+    the preprocess that reads it has been queued."""
 
     delta: Any
     dq: Any
@@ -119,19 +122,41 @@ class Buffers:
     dv: Any
     dq_accum: Any
     accumulate: bool
+    lse_log2: Any = None
+    pad_rows: int = 0
+    rows_stride: int = 0
+    dlse: Any = None
 
 
-def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool) -> Buffers:
+def padded_rows(flat_rows: int, entries: int, tile: int) -> int:
+    """Values per head of a padded row buffer: the flat query rows rounded up to a tile, and a tile per entry
+    (each entry's rows start at a tile boundary at most its flat row + entry x tile)."""
+    return -(-flat_rows // tile) * tile + entries * tile
+
+
+def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool, *, entries: int = 0,
+            pad_rows: int = 0, dlse: torch.Tensor | None = None) -> Buffers:
+    """The gradient buffers of one call: `entries` the batch's entries (packed or dense), `pad_rows` the query
+    tile of a family that wants its row values padded per entry (0: flash_attn's LSE layout)."""
     import torch
 
     batch, seqlen_q, heads, _ = q.shape
-    delta = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    lse_log2, stride = None, 0
+    if pad_rows:
+        # Not zeroed: the preprocess writes every row a tile reads (each entry's rows and its last tile's padding).
+        stride = padded_rows(batch * seqlen_q, entries, pad_rows)
+        delta = torch.empty((heads, stride), dtype=torch.float32, device=q.device)
+        lse_log2 = torch.empty_like(delta)
+    else:
+        delta = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
     dq_accum = torch.zeros((batch, seqlen_q, heads, q.shape[-1]), dtype=torch.float32, device=q.device) \
         if accumulate else delta
+    if dlse is not None:
+        dlse = dlse.to(torch.float32).contiguous()
     return Buffers(delta=delta, dq=torch.empty_like(q, memory_format=torch.contiguous_format),
                    dk=torch.empty_like(k, memory_format=torch.contiguous_format),
                    dv=torch.empty_like(v, memory_format=torch.contiguous_format), dq_accum=dq_accum,
-                   accumulate=accumulate)
+                   accumulate=accumulate, lse_log2=lse_log2, pad_rows=pad_rows, rows_stride=stride, dlse=dlse)
 
 
 @cache
@@ -147,7 +172,9 @@ def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: to
     are left for the family to fill."""
     params = _struct(fields)(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(), lse=lse.data_ptr(),
-        delta=b.delta.data_ptr(), dq=b.dq.data_ptr(), dk=b.dk.data_ptr(), dv=b.dv.data_ptr(),
+        delta=b.delta.data_ptr(), dlse=b.dlse.data_ptr() if b.dlse is not None else 0,
+        lse_log2=b.lse_log2.data_ptr() if b.lse_log2 is not None else 0, rows_stride=b.rows_stride,
+        dq=b.dq.data_ptr(), dk=b.dk.data_ptr(), dv=b.dv.data_ptr(),
         dq_accum=b.dq_accum.data_ptr(), seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2],
         kv_heads=k.shape[2], scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
     set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=b.dq, dk=b.dk, dv=b.dv)
@@ -156,16 +183,16 @@ def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: to
     return params
 
 
-def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, seqs: Seqlens, b: Buffers,
-               dlse: torch.Tensor | None) -> None:
-    """D = rowsum(dO * O) per query row (`rows` rows per block), less the LSE's gradient when there is one."""
+def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, seqs: Seqlens, b: Buffers) -> None:
+    """D = rowsum(dO * O) per query row (`rows` rows per block), less the LSE's gradient when there is one (d lse /
+    d S = P: the LSE's gradient enters dS = P (dP - D) as D - dlse); with padded rows also the LSE in log2 units
+    and the padding of each entry's last tile."""
     from .driver import launch
 
     if seqs.seqlen_q:
-        launch(function(entry, 0), seqs.grid(rows), PRE_THREADS, stream, params)
-    if dlse is not None:
-        # d lse / d S = P: the LSE's gradient enters dS = P (dP - D) as D - dlse.
-        b.delta.sub_(dlse)
+        # Padded rows: the grid covers the longest entry's rows rounded up to a tile.
+        covered = -(-seqs.seqlen_q // b.pad_rows) * b.pad_rows if b.pad_rows else seqs.seqlen_q
+        launch(function(entry, 0), seqs.grid(rows, covered), PRE_THREADS, stream, params)
 
 
 def finish(b: Buffers, seqlen_k: int, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
