@@ -171,6 +171,13 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, u32 b
       :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
 }
 
+// A contiguous run of global memory into shared memory (bytes a multiple of 16, both addresses 16-byte aligned),
+// completing on the mbarrier's transaction count.
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 // Adds a shared-memory fp32 box into a 4-D global tensor (out-of-range elements are skipped).
 __device__ __forceinline__ void tma_reduce_add_4d(const TensorMap* map, u32 src, int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -865,6 +872,15 @@ __device__ __forceinline__ i64 lse_offset(const P& p, int b, int head, const Seq
 template <class P>
 __device__ __forceinline__ i64 flat_q_row(const P& p, int b, const SeqLens& s) {
   return kVarlen && p.cu_seqlens_q != nullptr ? (i64)s.q0 : (i64)b * p.seqlen_q;
+}
+
+// The index of (b, head)'s first value in a row buffer padded per entry to whole tiles of kTile rows (the
+// backward's D and LSE where a producer bulk-copies a tile's): entry b's rows start at the multiple of kTile at
+// or below its flat row + b x kTile, which leaves every entry room for its rows rounded up to a tile
+// (p.rows_stride per head: the flat rows rounded up to a tile, plus a tile per entry).
+template <int kTile, class P>
+__device__ __forceinline__ i64 padded_rows_offset(const P& p, int b, int head, const SeqLens& s) {
+  return (i64)head * p.rows_stride + (flat_q_row(p, b, s) + (i64)b * kTile) / kTile * kTile;
 }
 
 

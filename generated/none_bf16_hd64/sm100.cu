@@ -678,6 +678,15 @@ __device__ __forceinline__ i64 flat_q_row(const P& p, int b, const SeqLens& s) {
   return kVarlen && p.cu_seqlens_q != nullptr ? (i64)s.q0 : (i64)b * p.seqlen_q;
 }
 
+// The index of (b, head)'s first value in a row buffer padded per entry to whole tiles of kTile rows (the
+// backward's D and LSE where a producer bulk-copies a tile's): entry b's rows start at the multiple of kTile at
+// or below its flat row + b x kTile, which leaves every entry room for its rows rounded up to a tile
+// (p.rows_stride per head: the flat rows rounded up to a tile, plus a tile per entry).
+template <int kTile, class P>
+__device__ __forceinline__ i64 padded_rows_offset(const P& p, int b, int head, const SeqLens& s) {
+  return (i64)head * p.rows_stride + (flat_q_row(p, b, s) + (i64)b * kTile) / kTile * kTile;
+}
+
 
 // Live tiles of a row or column as bits in shared memory (a mask with holes in a warp-specialized kernel): the
 // block writes them while it finds its range, and the walks read them, so the producer thread (setmaxnreg's
