@@ -3,6 +3,10 @@ proof that a restructuring left the planner's choices alone.
 
     python benchmarks/plan_digest.py record FILE.json
     python benchmarks/plan_digest.py compare OLD.json NEW.json   # keys only NEW has are ignored
+    python benchmarks/plan_digest.py compare OLD.json NEW.json --choices
+
+`--choices` compares what was chosen, not what the cost models say of it: every plan's `cost` is left out and the
+numbers in its reason are masked (a recalibration of a model's absolute figures changes both and no choice).
 
 A backward plan recorded before the backward kernel families (one plan, with the sm90 wgmma tiling as an
 optional `hopper` field beside the mma.sync tiles) is compared in the shape the families give it
@@ -64,8 +68,20 @@ def _missing(old: Any, new: Any, where: str) -> list[str]:
     return [] if old == new else [f"{where}: {old!r} -> {new!r}"]
 
 
+def _choices(plan: Any) -> Any:
+    """A plan summary without its cost figures: no `cost`, and the numbers of its reason masked."""
+    if not isinstance(plan, dict):
+        return plan
+    out = {k: v for k, v in plan.items() if k != "cost"}
+    if isinstance(out.get("reason"), str):
+        out["reason"] = re.sub(r"\d+(\.\d+)?", "#", out["reason"])
+    return out
+
+
 def main() -> int:
     command, *paths = sys.argv[1:]
+    choices = "--choices" in paths
+    paths = [p for p in paths if p != "--choices"]
     if command == "record":
         with open(paths[0], "w") as handle:
             json.dump(_summaries(), handle, indent=1, sort_keys=True)
@@ -77,8 +93,11 @@ def main() -> int:
     if moved:
         print(f"{moved} backward plans recorded before the backward families compared in their family's shape "
               f"({to_sm90} sm90_bwd, {moved - to_sm90} sm80_bwd)")
+    if choices:
+        reshaped, new = ({k: _choices(v) for k, v in d.items()} for d in (reshaped, new))
     diffs = _missing(reshaped, new, "")
-    print("\n".join(diffs[:50]) or f"all {len(old)} plans unchanged")
+    what = "plan choices (cost figures aside)" if choices else "plans"
+    print("\n".join(diffs[:50]) or f"all {len(old)} {what} unchanged")
     return 1 if diffs else 0
 
 

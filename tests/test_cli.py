@@ -212,12 +212,13 @@ def test_explain_prints_the_predicted_rate_against_the_matmul_ceiling(runner: Cl
     # Batch 1, 2048 / 128 = 16 heads, seqlen 4096, half the scores under causal; the backward 2.5 x.
     assert fwd.flops == 16 * 4 * 4096**2 * 128 // 2 and bwd.flops == 2.5 * fwd.flops
     for prefix, cost in (("", fwd), ("backward ", bwd)):
-        tflops = cost.flops / cost.predicted_us / 1e6
+        tflops = round(cost.flops / cost.predicted_us / 1e6, 1)  # as throughput.predicted_rate rounds it
         line = (f"{prefix}predicted: {tflops:.0f} TFLOP/s at seqlen 4096, batch 1 x 16 heads of 128 "
                 f"({tflops / 760:.2f} of sm90's measured matmul ceiling 760 TFLOP/s")
         assert line in out, line
-    # The forward model promises more than the measured ceiling; explain says so.
-    assert fwd.flops / fwd.predicted_us / 1e6 > 760 and "above the ceiling" in out
+    # The calibrated forward model stays under the measured ceiling (it promised 1.06 of it before), so explain does
+    # not say it is above.
+    assert fwd.flops / fwd.predicted_us / 1e6 < 760 and "above the ceiling" not in out
     assert out.index("chosen: ") < out.index("\npredicted: ") < out.index("\nreason: ")
     sm80 = runner.invoke(app, ["explain", str(path), "--arch", "sm80"]).stdout
     tflops = plan(spec, "sm80").cost.flops / plan(spec, "sm80").cost.predicted_us / 1e6

@@ -280,3 +280,50 @@ def test_matmul_ceilings_cover_every_arch_and_say_where_they_come_from() -> None
     # Below the vendor's dense wgmma figure the arch table computes (4096 FLOP/clk x 132 SMs x 1.83 GHz = 989).
     info = arch_info(Arch.sm90)
     assert matmul_ceiling(Arch.sm90).flops_per_s < info.wgmma_flops_per_clk * info.num_sms_hint * info.clock_ghz * 1e9
+
+
+def test_sm90_forward_predictions_stay_under_the_measured_matmul_ceiling() -> None:
+    """Every catalogue spec's sm90 forward plan predicts at most the GPU's measured matmul rate (the sm90_fwd model
+    promised 803 TFLOP/s at hd128, 1.06 of it, before its recalibration on h100/model_1)."""
+    from attngen.planning.archs import matmul_ceiling
+
+    ceiling = matmul_ceiling(Arch.sm90).flops_per_s
+    for path in CATALOGUE:
+        p = plan(load_spec(path), Arch.sm90)
+        assert p.cost.flops / (p.cost.predicted_us * 1e-6) <= ceiling, (path.name, p.cost)
+
+
+def test_sm90_forward_ranks_by_rank_us_and_its_calibrated_pick_agrees_on_the_catalogue() -> None:
+    """sm90_fwd ranks by rank_us (its model as the H100 sweeps checked it); predicted_us adds what model_1
+    calibrated. On the catalogue both pick the same tiling, so the reasons' 'lowest predicted time' and 'the cost
+    model's pick' hold of the predicted times they print."""
+    for path in CATALOGUE:
+        p = plan(load_spec(path), Arch.sm90)
+        if p.family != "sm90_fwd":
+            continue
+        fitting = [c for c in p.candidates if c.fits and c.cost is not None]
+        assert all(c.cost is not None and c.cost.rank_us is not None for c in fitting)
+        picks = [min(fitting, key=lambda c, field=field: (getattr(c.cost, field), c.smem_bytes, c.regs_estimate))
+                 for field in ("rank_us", "predicted_us")]
+        assert picks[0].tiling == picks[1].tiling, path.name
+
+
+def test_the_calibrated_terms_move_no_sm90_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the calibration (products at the datasheet rate, HIDDEN alone, no per-block clocks, no partial-mask
+    slowdown) every plan is the same: the catalogue, and an hd64 spec with block_n 96, whose 128- and 192-row
+    tilings the calibrated times alone would order the other way round."""
+    import attngen.families.sm90_fwd as fwd
+
+    specs = [load_spec(p) for p in CATALOGUE] + [AttentionSpec(head_dim=64, dtype="bf16", tiles=Tiles(block_n=96))]
+    calibrated = [plan(s, Arch.sm90) for s in specs]
+    monkeypatch.setattr(fwd, "mma_flops_per_us", fwd.peak_flops_per_us)
+    monkeypatch.setattr(fwd, "softmax_hidden", lambda t, pingpong: fwd.HIDDEN[(pingpong, t.intra_wg_overlap)])
+    monkeypatch.setattr(fwd, "BLOCK_OVERHEAD_CLK", 0)
+    monkeypatch.setattr(fwd, "PARTIAL_MASK_SLOWDOWN", 1.0)
+    for spec, before in zip(specs, calibrated, strict=True):
+        after = plan(spec, Arch.sm90)
+        assert (after.pipeline, after.tiling) == (before.pipeline, before.tiling), spec.name
+        if after.family == "sm90_fwd":  # uncalibrated, the two times are one
+            assert after.cost.predicted_us == after.cost.rank_us == before.cost.rank_us, spec.name
+    hd64 = [c for c in calibrated[-1].candidates if c.fits and c.cost is not None]
+    assert min(hd64, key=lambda c: c.cost.predicted_us).tiling != calibrated[-1].tiling  # type: ignore[union-attr]

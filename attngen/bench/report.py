@@ -218,7 +218,7 @@ def throughput_table(results: dict[str, Any]) -> list[str]:
 
 
 def model_table(results: dict[str, Any]) -> list[str]:
-    head = ["hd", "seqlen", "causal", "tile", "IO model GB", "bound µs (by)", "measured µs", "of bound",
+    head = ["hd", "seqlen", "causal", "tile", "compulsory GB", "bound µs (by)", "measured µs", "of bound",
             "model µs", "measured/model"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results.get("results", []):
@@ -283,10 +283,10 @@ def markdown(results: dict[str, Any]) -> str:
                   "(read + write).", ""]
     lines += ["## TFLOP/s, and attngen's ratio to each peer (> 1: attngen faster)", "", *throughput_table(results),
               "", "## attngen against its model", "",
-              "IO model: Q and O once, K and V once per query block (half under causal). Bound: max(FLOPs / "
-              "matmul rate, IO bytes / copy bandwidth); 'of bound' = bound / measured. The IO model counts every "
-              "K/V re-read as HBM traffic (no L2 reuse), so its memory bound is pessimistic and 'of bound' can "
-              "pass 1. 'model µs': the plan's predicted time at its reference shape, scaled by FLOPs to this one.",
+              "Compulsory bytes: Q, K and V read once, O written once (K and V re-read by later query blocks come "
+              "from L2, so they bound nothing). Bound: max(FLOPs / matmul rate, compulsory bytes / copy "
+              "bandwidth); 'of bound' = bound / measured, at most 1. 'model µs': the plan's predicted time at its "
+              "reference shape, scaled by FLOPs and by the waves' busy share (its blocks over the SMs) to this one.",
               "", *model_table(results),
               "", "## Compile cost", "", *compile_table(results), ""]
     issues = problems(results)

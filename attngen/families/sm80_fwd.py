@@ -24,6 +24,7 @@ from ..planning.shared import (
     CP_ASYNC_BYTES,
     ITER_OVERHEAD_CLK,
     MAX_COPIES_PER_THREAD,
+    MUFU_PER_CLK,
     REF_HIDDEN,
     REF_SEQLEN,
     kernel_name,
@@ -44,11 +45,10 @@ REG_OVERHEAD = 16
 REFILL_LATE_WARPS = 8
 #: Resident warps per SM below which the cost model charges for exposed latency.
 WARPS_TO_HIDE_LATENCY = 8
-#: exp2 throughput of the special-function units: 16 per clock per SM on sm80 and later.
-MUFU_PER_CLK = 16
 #: The ctypes twin of the kernel's parameter block.
-#: The reference workload (REF_SEQLEN, REF_HIDDEN), the copy limit MAX_COPIES_PER_THREAD and the loop
-#: overhead ITER_OVERHEAD_CLK are shared with the backward families: planning/shared.py, with their reasons.
+#: The reference workload (REF_SEQLEN, REF_HIDDEN), the copy limit MAX_COPIES_PER_THREAD, the loop overhead
+#: ITER_OVERHEAD_CLK and the exp2 rate MUFU_PER_CLK are shared with other families: planning/shared.py, with
+#: their reasons.
 
 
 def smem_layout(spec: AttentionSpec, tiling: MultistageTiling) -> SmemLayout:

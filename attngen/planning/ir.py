@@ -68,6 +68,10 @@ class CostEstimate(_Frozen):
     t_smem_us: float
     latency_hiding: float
     predicted_us: float
+    #: What the family ranks its tilings by where that is not predicted_us (planner.rank_time): sm90_fwd ranks by
+    #: its model as the H100 sweeps checked it and reports predicted_us with the terms calibrated since
+    #: (benchmarks/NOTES.md, issue 13 part 6, continued), so that no choice moved.
+    rank_us: float | None = None
 
 
 class Candidate(_Frozen):

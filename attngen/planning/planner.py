@@ -50,6 +50,12 @@ def predicted(c: Candidate) -> float:
     return c.cost.predicted_us
 
 
+def rank_time(c: Candidate) -> float:
+    """The time a candidate is ranked by: its cost's rank_us where the family keeps one, else its predicted time."""
+    assert c.cost is not None
+    return c.cost.predicted_us if c.cost.rank_us is None else c.cost.rank_us
+
+
 class ForwardFamily(KernelFamily):
     """A forward family: the pipelines it runs, its search, budget and cost model (the hooks), and the
     plan every forward family makes from them (`plan`)."""
@@ -116,7 +122,7 @@ class ForwardFamily(KernelFamily):
 
     def rank_key(self, spec: AttentionSpec, c: Candidate) -> tuple[Any, ...]:
         """The lowest predicted time first; ties go to fewer bytes of shared memory, then fewer registers."""
-        return (0, predicted(c), c.smem_bytes, c.regs_estimate)
+        return (0, rank_time(c), c.smem_bytes, c.regs_estimate)
 
     def choice_reason(self, spec: AttentionSpec, kind: PipelineKind, best: Candidate,
                       fitting: list[Candidate]) -> str:
@@ -173,7 +179,7 @@ def lowest_reason(best: Candidate, fitting: list[Candidate]) -> str:
     cost = best.cost
     assert cost is not None
     others = [c for c in fitting if c is not best]
-    runner = f"; next best {min(map(predicted, others))} us" if others else ""
+    runner = f"; next best {predicted(min(others, key=rank_time))} us" if others else ""
     return f"lowest predicted time {cost.predicted_us} us at seqlen {cost.ref_seqlen} ({cost_terms(best)}){runner}"
 
 

@@ -31,6 +31,10 @@ def ref_forward_flops(spec: AttentionSpec) -> float:
     return heads * 4 * REF_SEQLEN * REF_SEQLEN * spec.head_dim * mask_trait(spec).cost_density
 
 
+#: exp2 per clock per SM: the special-function (MUFU) units, 4 per SM sub-partition, 16 per SM on sm80 through sm90.
+#: The forward families charge one per score; the mma.sync kernels' softmax and the wgmma kernels' softmax both run on
+#: them (the FlashAttention-3 paper, section 3: 3.9 TFLOP/s of exp against 989 of matmul on the H100).
+MUFU_PER_CLK = 16
 #: Fixed cost of one loop iteration of an mma.sync kernel (cp.async wait, barrier, loop and softmax
 #: bookkeeping), in clocks; another resident block overlaps it. 512 makes the forward's model rank
 #: hd256 block_n 64 over 32 as the H100 sweep measured (294 vs 270 TFLOP/s; benchmarks/NOTES.md).
