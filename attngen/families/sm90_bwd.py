@@ -27,6 +27,7 @@ from ..planning.planner_bwd import BackwardFamily, LoadFunction, backward_cost, 
 from ..planning.shared import (
     ALIGN_SLACK,
     BWD_FLOPS_OVER_FWD,
+    MUFU_PER_CLK,
     REF_HIDDEN,
     REF_SEQLEN,
     kernel_name,
@@ -52,8 +53,6 @@ BLOCK_N = 128
 STAGES = 2
 #: Consumer registers beside dK, dV, S^T and dP^T (calibrated with -Xptxas=-v like the forward's).
 REG_OVERHEAD = 40
-#: exp() per clock per SM (the MUFU units, 16 per SM on Hopper, as sm90_fwd counts them): one per recomputed P.
-MUFU_PER_CLK = 16
 #: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
 #: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
 #: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its TMA
