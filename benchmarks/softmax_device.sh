@@ -21,8 +21,8 @@ variant poly 0.0 "{64: 4}"
 variant both 8.0 "{64: 4}"
 variant poly8 0.0 "{64: 8, 128: 4}"
 for round in 1 2; do
-  PYTHONPATH=/tmp/site:$PWD/ab_main python3 benchmarks/time_fwd.py --tag main
+  PYTHONPATH=/tmp/site:$PWD/ab_main python3 benchmarks/time_bwd.py --forward --head-dims 64,128,256 --tag main
   for v in plain rescale poly both poly8; do
-    PYTHONPATH=/tmp/site:/tmp/v_$v python3 benchmarks/time_fwd.py --tag "$v"
+    PYTHONPATH=/tmp/site:/tmp/v_$v python3 benchmarks/time_bwd.py --forward --head-dims 64,128,256 --tag "$v"
   done
 done 2>&1 | tee "$dir/ab.txt"
