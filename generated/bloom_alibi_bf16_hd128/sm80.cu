@@ -1080,7 +1080,8 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
       }
       // A row with nothing visible yet keeps max -inf; use 0 so exp2 gives 0, never NaN.
       const float max_scaled = (mx == neg_inf()) ? 0.f : mx * unit;
-      alpha[t][h] = fast_exp2(f.row_max[t][h] * unit - max_scaled);
+      // 1 exactly when the reference stays (the O rescale's skip tests for it).
+      alpha[t][h] = mx == f.row_max[t][h] ? 1.f : fast_exp2(f.row_max[t][h] * unit - max_scaled);
       f.row_max[t][h] = mx;
       float sum = 0.f;
 #pragma unroll
