@@ -143,12 +143,6 @@ def dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
                           heads * (n // t.block_m) * chunks * (n // t.block_n))
 
 
-def resident_blocks(info: ArchInfo, smem: int, regs: int, threads: int) -> int:
-    """Blocks of one kernel resident per SM: by shared memory (with the driver's reserve), registers and threads."""
-    return min(info.smem_per_sm // (smem + info.smem_reserved_per_block), info.regs_per_sm // (regs * threads),
-               info.max_threads_per_sm // threads)
-
-
 def plan_cost(spec: AttentionSpec, info: ArchInfo, dkdv: DkdvTiling, dq: DqTiling, dq_atomic: bool) -> BwdCost:
     """The plan's predicted time at the reference workload: the preprocess, then dkdv_cost and dq_cost (the
     ranking's terms) times the share of tiles the mask keeps, over the waves each kernel's grid fills. Not
@@ -161,7 +155,7 @@ def plan_cost(spec: AttentionSpec, info: ArchInfo, dkdv: DkdvTiling, dq: DqTilin
 
     def kernel(cost: float, rows: int, d_chunk: int, t: DkdvTiling | DqTiling) -> float:
         blocks = -(-n // rows) * (spec.head_dim // d_chunk) * heads
-        resident = resident_blocks(info, t.smem_bytes, t.regs_estimate, t.num_warps * 32)
+        resident = shared.resident_blocks(info, t.smem_bytes, t.regs_estimate, t.num_warps * 32)
         return cost * density / wave_efficiency(info, blocks, resident)
 
     kernels = [("preprocess", preprocess_us(spec, info)),
