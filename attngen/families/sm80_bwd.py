@@ -71,14 +71,14 @@ def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_a
     return dkdv_layout(spec, block_n, block_m, stages, dq_atomic).total_bytes
 
 
-def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int) -> int | None:
+def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int, max_cols: int = MAX_ATOMIC_DQ_COLS) -> int | None:
     """dQ columns per warp when the dK/dV kernel computes dQ: warps tile (block_m / 16) x the rest;
-    None when that tiling does not exist or needs too many registers."""
+    None when that tiling does not exist or needs more than `max_cols` columns (registers)."""
     warps_m = block_m // 16
     if warps_m > num_warps or num_warps % warps_m:
         return None
     cols = d_chunk // (num_warps // warps_m)
-    return cols if cols % 16 == 0 and cols <= MAX_ATOMIC_DQ_COLS else None
+    return cols if cols % 16 == 0 and cols <= max_cols else None
 
 
 def dq_layout(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> SmemRegions:
