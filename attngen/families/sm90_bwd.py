@@ -38,21 +38,22 @@ from ..planning.shared import (
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
+from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 
 if TYPE_CHECKING:
     import torch
 
-#: The head dims it serves. Its dK and dV accumulators (head_dim fp32 registers per consumer thread
-#: together) leave room for the scores only up to 128. Measured on the H100 at 2k-16k: hd64 1.14-1.31x
-#: and hd128 1.17-1.37x FlashAttention-2, against 0.63-0.75x for the mma.sync kernels
-#: (benchmarks/results/h100/bwd_hopper/, NOTES.md).
+#: The head dims where each consumer warpgroup owns 64 KV rows and all of head_dim: its dK and dV accumulators
+#: (head_dim fp32 registers per consumer thread together) leave room for the scores only up to 128. Measured on
+#: the H100 at 2k-16k: hd64 1.14-1.31x and hd128 1.17-1.37x FlashAttention-2, against 0.63-0.75x for the
+#: mma.sync kernels (benchmarks/results/h100/bwd_hopper/, NOTES.md).
 HEAD_DIMS = (64, 128)
+#: The head dims the warpgroups split between them (HopperBwdTiling.split; sm90_bwd_split.py).
+SPLIT_HEAD_DIMS = (192, 256)
 #: Query rows per step: 64 at hd128 (registers: dK + dV take 128), 128 at hd64.
 BLOCK_M = {64: 128, 128: 64}
 BLOCK_N = 128
 STAGES = 2
-#: Consumer registers beside dK, dV, S^T and dP^T (calibrated with -Xptxas=-v like the forward's).
-REG_OVERHEAD = 40
 #: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
 #: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
 #: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its TMA
@@ -64,6 +65,8 @@ STEP_OVERHEAD_CLK = 3200
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The dK/dV tiling of a head dim it serves; PlanError with the arithmetic when the budget cannot hold it."""
+    if spec.head_dim in SPLIT_HEAD_DIMS:
+        return split_tiling(spec, info)
     d, bn, st = spec.head_dim, BLOCK_N, STAGES
     bm = BLOCK_M[d]
     e = dtype_trait(spec.dtype).size
@@ -128,7 +131,7 @@ class Sm90Backward(BackwardFamily):
     template = "attn_bwd_hopper.cu.j2"
 
     def coverage(self) -> Coverage:
-        return Coverage(archs=("sm90",), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
+        return Coverage(archs=("sm90",), head_dims=HEAD_DIMS + SPLIT_HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
                         masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
                         pipelines=tuple(k.value for k in PipelineKind),
                         notes="non-deterministic specs only (dQ's rounding order varies from run to run); the "
@@ -141,8 +144,9 @@ class Sm90Backward(BackwardFamily):
             return f"{arch.value} has no wgmma"
         if spec.deterministic:
             return "deterministic: the wgmma kernel adds dQ with TMA bulk reductions (rounding order varies)"
-        if spec.head_dim not in HEAD_DIMS:
-            return f"head_dim {spec.head_dim}: dK and dV do not fit the consumer registers beside the scores"
+        if spec.head_dim not in HEAD_DIMS + SPLIT_HEAD_DIMS:
+            return (f"head_dim {spec.head_dim}: not a multiple of 64 (the 128-byte TMA boxes), and dK and dV do not "
+                    f"fit the consumer registers beside the scores")
         return None
 
     # ---- planning ------------------------------------------------------------------------------
@@ -151,32 +155,42 @@ class Sm90Backward(BackwardFamily):
         reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} ({t.block_n} KV rows x {t.block_m} queries, "
                   f"{t.stages} stages): measured 1.14-1.37x FlashAttention-2 on the H100, against 0.63-0.75x for "
                   f"the mma.sync kernels")
+        if t.split:
+            reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} with head_dim split between the warpgroups "
+                      f"({t.block_n} KV rows x {t.block_m} queries, {t.stages} stages): five wgmma products per "
+                      f"tile pair against the mma.sync kernels' seven and their head-dim slices' recomputation")
         return HopperBwdPlan(spec=spec, arch=info.arch, family=self.name,
                              kernel_name=kernel_name(spec, info.arch, PipelineKind.multistage, "bwd"), dkdv_wgmma=t,
                              cost=plan_cost(spec, info, t), reason=reason)
 
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
         h = plan.dkdv_wgmma
-        return [f"wgmma dK/dV {h.block_n} KV rows ({h.block_n // 64} consumer warpgroups, setmaxnreg "
+        dq = split_line(h) if h.split else "dQ by TMA bulk reductions"
+        return [f"wgmma dK/dV {h.block_n} KV rows ({h.consumer_wgs} consumer warpgroups, setmaxnreg "
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
-                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; dQ by TMA bulk reductions"]
+                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}"]
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: HopperBwdPlan) -> str:
         hb = plan.dkdv_wgmma
-        return (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
-                f"regs {hb.producer_regs}/{hb.consumer_regs}, dQ 64 queries x {hb.dq_cols} columns per warpgroup")
+        line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
+                f"regs {hb.producer_regs}/{hb.consumer_regs}, ")
+        return line + (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup")
 
     def context(self, plan: HopperBwdPlan) -> dict[str, object]:
         from ..codegen.renderer import common_context
 
         hb = plan.dkdv_wgmma
         hopper, pre = (params_with_variant(f, plan.spec) for f in (HOPPER_BWD_PARAMS, BWD_PARAMS))
-        t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols,
-                                                      dtype_trait(plan.spec.dtype).mma_k)
-        return {**common_context(plan, self.plan_line(plan)), "hb": hb, "t_op": t_op, "acc_op": acc_op,
-                "acc_ss_op": acc_ss_op, "dq_op": dq_op, "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op),
-                "params": hopper, "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
+        k = dtype_trait(plan.spec.dtype).mma_k
+        if hb.split:
+            ops = split_ops(hb, k)
+        else:
+            t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k)
+            ops = {"t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op, "dq_op": dq_op,
+                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
+        return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
+                "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m}
 
     def launch(self, plan: HopperBwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
