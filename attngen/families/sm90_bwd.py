@@ -127,7 +127,7 @@ def dq_before_dk(spec: AttentionSpec, dkv_from_smem: bool) -> bool:
 
 class Sm90Backward(BackwardFamily):
     name = "sm90_bwd"
-    path = "TMA + wgmma, dQ by TMA bulk reductions"
+    path = "TMA + wgmma, dQ by TMA bulk reductions (hd192/256: head_dim split, dQ by vector reductions)"
     template = "attn_bwd_hopper.cu.j2"
 
     def coverage(self) -> Coverage:

@@ -1,0 +1,104 @@
+"""The Hopper backward at hd192/256: the consumer warpgroups split head_dim (families/sm90_bwd_split.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+
+import pytest
+
+from attngen.errors import PlanError
+from attngen.families.sm90_bwd_split import (
+    BOX,
+    role_registers,
+    split_layout,
+    split_roles,
+    split_stages,
+    split_tiling,
+)
+from attngen.planning.archs import arch_info
+from attngen.planning.ir import HopperBwdPlan
+from attngen.planning.planner_bwd import plan_bwd
+from attngen.spec.model import Arch, AttentionSpec
+
+build = importlib.import_module("attngen.toolchain.builder")
+H100 = arch_info(Arch.sm90)
+
+
+def _covered(starts_and_counts: list[tuple[int, int]]) -> list[int]:
+    return [b for start, n in starts_and_counts for b in range(start, start + n)]
+
+
+@pytest.mark.parametrize("head_dim", [128, 192, 256, 320])
+def test_split_roles_cover_every_box_once_and_balance_the_products(head_dim: int) -> None:
+    roles = split_roles(head_dim)
+    boxes = list(range(head_dim // BOX))
+    assert _covered([(r.dkv_box0, r.dkv_boxes) for r in roles]) == boxes
+    assert _covered([(r.dq_box0, r.dq_boxes) for r in roles]) == boxes
+    work = [2 * r.dkv_boxes + r.dq_boxes for r in roles]
+    assert max(work) - min(work) <= 1, work
+
+
+def test_split_roles_of_the_served_head_dims() -> None:
+    as_tuples = [[(r.dkv_box0, r.dkv_boxes, r.dq_box0, r.dq_boxes) for r in split_roles(d)] for d in (192, 256)]
+    assert as_tuples == [[(0, 2, 0, 1), (2, 1, 1, 2)], [(0, 2, 0, 2), (2, 2, 2, 2)]]
+    with pytest.raises(PlanError, match="head_dim 160: the split needs whole 64-column boxes"):
+        split_roles(160)
+
+
+@pytest.mark.parametrize(("head_dim", "stages"), [(192, 3), (256, 2)])
+def test_split_tiling_takes_the_deepest_ring_that_fits(head_dim: int, stages: int) -> None:
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
+    t = split_tiling(spec, H100)
+    assert (t.block_n, t.block_m, t.stages, t.consumer_wgs, t.threads, t.s_cols) == (64, 64, stages, 2, 384, 32)
+    assert t.smem_bytes <= H100.smem_per_block < split_layout(spec, stages + 1).total_bytes
+    assert t.smem.offset("Rows") == t.smem.offset("DQ"), "no dQ staging: it is added from registers"
+    assert t.regs_estimate == max(role_registers(r, 32) for r in t.split) <= t.consumer_regs == 240
+
+
+def test_split_stages_say_what_each_depth_needs() -> None:
+    spec = AttentionSpec(head_dim=256, dtype="bf16")
+    small = dataclasses.replace(H100, smem_per_block=150_000)
+    with pytest.raises(PlanError, match=r"head_dim 256: 3 stages \d+ B, 2 stages \d+ B; sm90 gives 150000 B"):
+        split_stages(spec, small)
+
+
+def test_the_planner_picks_the_split_at_hd192_and_hd256_only() -> None:
+    for d in (64, 128, 192, 256):
+        p = plan_bwd(AttentionSpec(head_dim=d, dtype="bf16", mask="causal"), Arch.sm90)
+        assert isinstance(p, HopperBwdPlan)
+        assert bool(p.dkdv_wgmma.split) == (d >= 192), d
+    p = plan_bwd(AttentionSpec(head_dim=256, dtype="bf16"), Arch.sm90)
+    assert "head_dim split" in p.reason
+
+
+def _hgmma_shapes(sass: str) -> dict[str, int]:
+    shapes: dict[str, int] = {}
+    for shape in re.findall(r"HGMMA\.(64x\d+x16)", sass):
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return shapes
+
+
+@pytest.mark.parametrize("head_dim", [192, 256])
+def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim: int) -> None:
+    """Per step: S^T and dP^T (head_dim / 16 k-steps of N = 32 per warpgroup), dV and dK (4 k-steps per warpgroup
+    at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 16 two-float reductions per dQ box and thread;
+    no TMA reduction, no local memory."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
+    cubin = build.build_bwd(spec, "sm90")
+    plan = cubin.source.plan
+    assert plan.family == "sm90_bwd" and plan.dkdv_wgmma.split
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+    sass = disassemble(cubin.data)
+    want: dict[str, int] = {"64x32x16": 2 * 2 * head_dim // 16}
+    for r in plan.dkdv_wgmma.split:
+        want[f"64x{64 * r.dkv_boxes}x16"] = want.get(f"64x{64 * r.dkv_boxes}x16", 0) + 2 * 4
+    want["64x64x16"] = want.get("64x64x16", 0) + 4 * head_dim // 64
+    assert _hgmma_shapes(sass) == want
+    ops = opcodes(sass)
+    assert ops["REDG"] == 16 * head_dim // 64
+    assert ops["UTMAREDG"] == 0 and ops["LDL"] == ops["STL"] == 0 and ops["HMMA"] == 0
+    assert "red.global.add.v2.f32" in cubin.source.code and "SplitRole<1>" in cubin.source.code
