@@ -128,12 +128,16 @@ def test_deterministic_gradients_are_exact(head_dim: int) -> None:
         _check(spec, q, k, v, dout)
 
 
-def test_backward_runs_the_family_the_planner_chose() -> None:
-    """The launcher dispatches through the plan's family; the cubin holds that family's kernels only."""
-    spec = AttentionSpec(name="fam128", head_dim=128, dtype="bf16", mask="causal")
+@pytest.mark.parametrize("head_dim", [128, 192, 256])
+def test_backward_runs_the_family_the_planner_chose(head_dim: int) -> None:
+    """The launcher dispatches through the plan's family; the cubin holds that family's kernels only (on sm90 at
+    hd192/256 the wgmma kernel whose warpgroups split head_dim)."""
+    spec = AttentionSpec(name=f"fam{head_dim}", head_dim=head_dim, dtype="bf16", mask="causal")
     arch = attngen.runtime.kernel.current_arch()
     cubin = _kernel(spec).backward.cubin(arch)
     assert cubin.source.plan.family == ("sm90_bwd" if arch.value == "sm90" else "sm80_bwd")
+    assert bool(getattr(cubin.source.plan, "dkdv_wgmma", None) and cubin.source.plan.dkdv_wgmma.split) == (
+        arch.value == "sm90" and head_dim > 128)
     assert sorted(r.name for r in cubin.resources) == sorted(cubin.source.entry_names)
     q, k, v, dout = _inputs(spec, (1, 1000, 1000, 4, 2), seed=41)
     _check(spec, q, k, v, dout)
