@@ -5,8 +5,9 @@
 #   bash benchmarks/split_device.sh [tests|time]     (writes $OUT/split/; both parts when not named: one device call
 #                                                    of 10 minutes may not hold both)
 # The GPU tests that reach hd192/256 first (a wrong kernel stops here, before any timing); then backward TFLOP/s of
-# main (the mma.sync kernels at these head dims) and of the split kernel, two rounds, each in its own process; then
-# the bench against cuDNN at hd192/256 and the ncu profiles of the split kernel at hd256.
+# main (the mma.sync kernels at these head dims) and of the split kernel, two rounds, each in its own process; the
+# split's scores by product against by columns (ab_split.py); then the bench against cuDNN at hd192/256 and the ncu
+# profiles of the split kernel at hd256.
 . benchmarks/device_env.sh
 dir=$OUT/split
 mkdir -p "$dir"
@@ -28,6 +29,7 @@ for round in 1 2; do
     PYTHONPATH=/tmp/site:$path python3 benchmarks/time_bwd.py --tag "$variant" --head-dims 192,256 --seqlens 2048,8192
   done
 done 2>&1 | tee "$dir/ab.txt"
+python3 benchmarks/ab_split.py 2>&1 | tee "$dir/ab_scores.txt"
 python3 -m attngen bench --backward --head-dims 192,256 --seqlens 2k,8k --peers cudnn --out "$dir/bench" \
   > "$dir/bench.txt" 2>&1
 tail -20 "$dir/bench.txt"

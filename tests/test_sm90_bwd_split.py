@@ -51,10 +51,26 @@ def test_split_roles_of_the_served_head_dims() -> None:
 def test_split_tiling_takes_the_deepest_ring_that_fits(head_dim: int, stages: int) -> None:
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
     t = split_tiling(spec, H100)
-    assert (t.block_n, t.block_m, t.stages, t.consumer_wgs, t.threads, t.s_cols) == (64, 64, stages, 2, 384, 32)
+    assert (t.block_n, t.block_m, t.stages, t.consumer_wgs, t.threads, t.s_cols) == (64, 64, stages, 2, 384, 64)
+    assert t.split_by_product
     assert t.smem_bytes <= H100.smem_per_block < split_layout(spec, stages + 1).total_bytes
     assert t.smem.offset("Rows") == t.smem.offset("DQ"), "no dQ staging: it is added from registers"
-    assert t.regs_estimate == max(role_registers(r, 32) for r in t.split) <= t.consumer_regs == 240
+    assert t.regs_estimate == max(role_registers(r, 64, True) for r in t.split) <= t.consumer_regs == 240
+
+
+def test_a_score_mod_with_a_varying_derivative_splits_the_scores_by_columns() -> None:
+    """dS^T from P^T alone needs a constant derivative: softcap's varies, so each warpgroup computes 32 query
+    columns of both S^T and dP^T (and compiles to the 64x32 products, no spills)."""
+    from attngen.toolchain.sass import disassemble
+
+    spec = AttentionSpec(head_dim=256, dtype="bf16", mask="causal", score_mod={"softcap": 50.0})
+    t = split_tiling(spec, H100)
+    assert not t.split_by_product and t.s_cols == 32
+    alibi = AttentionSpec(head_dim=256, dtype="bf16", mask="causal", score_mod={"alibi": "standard"})
+    assert split_tiling(alibi, H100).split_by_product, "ALiBi's derivative is 1"
+    cubin = build.build_bwd(spec, "sm90")
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+    assert _hgmma_shapes(disassemble(cubin.data))["64x32x16"] == 2 * 2 * 256 // 16
 
 
 def test_split_stages_say_what_each_depth_needs() -> None:
@@ -82,9 +98,9 @@ def _hgmma_shapes(sass: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("head_dim", [192, 256])
 def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim: int) -> None:
-    """Per step: S^T and dP^T (head_dim / 16 k-steps of N = 32 per warpgroup), dV and dK (4 k-steps per warpgroup
-    at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 16 two-float reductions per dQ box and thread;
-    no TMA reduction, no local memory."""
+    """Per step: S^T and dP^T (head_dim / 16 k-steps of N = 64, one product per warpgroup), dV and dK (4 k-steps
+    per warpgroup at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 16 two-float reductions per dQ box
+    and thread; no TMA reduction, no local memory."""
     from attngen.toolchain.sass import disassemble, opcodes
 
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
@@ -93,7 +109,9 @@ def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim:
     assert plan.family == "sm90_bwd" and plan.dkdv_wgmma.split
     assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
     sass = disassemble(cubin.data)
-    want: dict[str, int] = {"64x32x16": 2 * 2 * head_dim // 16}
+    t = plan.dkdv_wgmma
+    assert t.split_by_product and t.s_cols == 64
+    want: dict[str, int] = {"64x64x16": 2 * head_dim // 16}   # S^T in one warpgroup, dP^T in the other
     for r in plan.dkdv_wgmma.split:
         want[f"64x{64 * r.dkv_boxes}x16"] = want.get(f"64x{64 * r.dkv_boxes}x16", 0) + 2 * 4
     want["64x64x16"] = want.get("64x64x16", 0) + 4 * head_dim // 64

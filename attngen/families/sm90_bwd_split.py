@@ -51,12 +51,13 @@ def split_roles(head_dim: int, wgs: int = SPLIT_WGS) -> tuple[SplitRole, ...]:
                  for i in range(wgs))
 
 
-def role_registers(role: SplitRole, s_cols: int) -> int:
+def role_registers(role: SplitRole, s_cols: int, by_product: bool = False) -> int:
     """A warpgroup's registers per thread at its peak: dK and dV (64 rows x 64 columns fp32 each per box over 128
-    threads), then the larger of S^T and dP^T (64 x s_cols each) and two dQ boxes in flight (the next one issued
-    before the last one's reductions), and REG_OVERHEAD."""
+    threads), then the larger of its score tiles (S^T and dP^T, 64 x s_cols each; by product one of them and the
+    row values) and two dQ boxes in flight (the next one issued before the last one's reductions), and
+    REG_OVERHEAD."""
     per_box = BOX * M // 128
-    scores = 2 * M * s_cols // 128
+    scores = (1 if by_product else 2) * M * s_cols // 128
     dq = per_box * min(2, role.dq_boxes)
     return 2 * per_box * role.dkv_boxes + max(scores, dq) + REG_OVERHEAD
 
@@ -84,20 +85,34 @@ def split_stages(spec: AttentionSpec, info: ArchInfo) -> tuple[int, SmemRegions]
                     f"per block")
 
 
+def by_product(spec: AttentionSpec) -> bool:
+    """Whether the warpgroups split S^T and dP^T by product (warpgroup 0 S^T and P^T, warpgroup 1 dP^T and dS^T, 64
+    query columns each) rather than by columns (32 of both each). By product, each product reads K or V once instead
+    of twice, and a 64-wide wgmma from shared memory is not bound by the operand reads as a 32-wide one is (per
+    k-step 4 KB in 32 clocks against 3 KB in 16: 128 against 192 B/clock, beyond the 128 shared memory serves). It
+    needs dS^T from P^T alone, so a score mod whose derivative varies per element (which needs the raw score where
+    dP^T is) splits by columns."""
+    from ..features.variant import variant_of
+    from ..features.variant_cxx import score_grad_is_const
+
+    return score_grad_is_const(variant_of(spec))
+
+
 def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The split tiling of head_dim; PlanError with the arithmetic when the budget cannot hold it."""
     roles = split_roles(spec.head_dim)
-    s_cols = SPLIT_BLOCK // len(roles)
+    product = by_product(spec)
+    s_cols = SPLIT_BLOCK if product else SPLIT_BLOCK // len(roles)
     stages, layout = split_stages(spec, info)
     producer_regs, consumer_regs = setmaxnreg_split(info, len(roles))
-    regs = max(role_registers(r, s_cols) for r in roles)
+    regs = max(role_registers(r, s_cols, product) for r in roles)
     if regs > consumer_regs:
         raise PlanError(f"head_dim {spec.head_dim}: the split needs ~{regs} registers per consumer thread; "
                         f"{info.arch.value} gives {consumer_regs}")
     return HopperBwdTiling(block_m=SPLIT_BLOCK, block_n=SPLIT_BLOCK, stages=stages, producer_regs=producer_regs,
                            consumer_regs=consumer_regs, dq_cols=BOX, dq_col_step=0, dq_query_step=0,
                            dkv_from_smem=True, smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
-                           schedule_words=schedule_words(spec), split=roles)
+                           schedule_words=schedule_words(spec), split=roles, split_by_product=product)
 
 
 def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
@@ -116,5 +131,5 @@ def split_line(t: HopperBwdTiling) -> str:
     parts = [f"wg{i}: dK/dV columns {BOX * r.dkv_box0}-{BOX * (r.dkv_box0 + r.dkv_boxes) - 1}, dQ "
              + (f"columns {BOX * r.dq_box0}-{BOX * (r.dq_box0 + r.dq_boxes) - 1}" if r.dq_boxes else "none")
              for i, r in enumerate(t.split)]
-    return (f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), S^T and dP^T {t.s_cols} query "
-            f"columns each, dQ added from registers")
+    scores = ("S^T in wg0, dP^T in wg1" if t.split_by_product else f"S^T and dP^T {t.s_cols} query columns each")
+    return f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}, dQ added from registers"

@@ -267,6 +267,9 @@ class HopperBwdTiling(_Frozen):
     schedule_words: int = 0
     #: One role per consumer warpgroup when head_dim is split between them; empty: 64 KV rows each.
     split: tuple[SplitRole, ...] = ()
+    #: With `split`: warpgroup 0 computes all of S^T and P^T, warpgroup 1 all of dP^T and dS^T (P^T read back from
+    #: shared memory), each product 64 query columns wide, instead of each warpgroup half the columns of both.
+    split_by_product: bool = False
 
     @property
     def consumer_wgs(self) -> int:
@@ -275,7 +278,7 @@ class HopperBwdTiling(_Frozen):
     @property
     def s_cols(self) -> int:
         """Query columns of each warpgroup's S^T and dP^T."""
-        return self.block_m // len(self.split) if self.split else self.block_m
+        return self.block_m // len(self.split) if self.split and not self.split_by_product else self.block_m
 
     @property
     def threads(self) -> int:
