@@ -120,3 +120,33 @@ def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim:
     assert ops["REDG"] == 16 * head_dim // 64
     assert ops["UTMAREDG"] == 0 and ops["LDL"] == ops["STL"] == 0 and ops["HMMA"] == 0
     assert "red.global.add.v2.f32" in cubin.source.code and "SplitRole<1>" in cubin.source.code
+
+
+def test_deterministic_hd128_orders_its_dq_reductions() -> None:
+    """deterministic at hd64/128: the same wgmma kernel, its dQ reductions waiting on a semaphore per query tile
+    (the spin's NANOSLEEP, the release's and the passes' REDG beside the TMA reductions); the default has none."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    ordered = build.build_bwd(spec.model_copy(update={"deterministic": True}), "sm90")
+    default = build.build_bwd(spec, "sm90")
+    assert ordered.source.plan.dkdv_wgmma.ordered_dq and not default.source.plan.dkdv_wgmma.ordered_dq
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in ordered.resources)
+    o, d = (opcodes(disassemble(c.data)) for c in (ordered, default))
+    assert o["UTMAREDG"] == d["UTMAREDG"] > 0
+    assert o["NANOSLEEP"] > 0 and o["REDG"] > 0 and d["NANOSLEEP"] == d["REDG"] == 0
+    assert "constexpr bool kOrderedDq = true;" in ordered.source.code
+
+
+def test_ordered_dq_semaphores_are_one_zeroed_int_per_padded_query_tile() -> None:
+    torch = pytest.importorskip("torch")
+    from attngen.runtime.backward import buffers
+
+    q = torch.randn(3, 100, 4, 64)
+    k = v = torch.randn(3, 50, 2, 64)
+    b = buffers(q, k, v, accumulate=True, entries=3, pad_rows=64, semaphores=True)
+    assert b.dq_sem.dtype == torch.int32 and b.dq_sem.shape == (4, b.rows_stride // 64)
+    assert b.rows_stride % 64 == 0 and int(b.dq_sem.abs().sum()) == 0
+    assert buffers(q, k, v, accumulate=True, entries=3, pad_rows=64).dq_sem is None
+    with pytest.raises(ValueError, match="pass pad_rows"):
+        buffers(q, k, v, accumulate=True, semaphores=True)

@@ -4,7 +4,9 @@ reductions, after the preprocess kernel.
 One block owns 128 KV rows of one KV head: a producer warpgroup (TMA: K and V once, then Q and dO tiles
 through a ring of stages) and two consumer warpgroups (wgmma) of 64 KV rows each. dQ goes through shared
 memory to an fp32 accumulator with cp.reduce.async.bulk.tensor .add, so the rounding order of dQ varies
-from run to run: it serves non-deterministic specs only. Its template is attn_bwd_hopper.cu.j2 (the
+from run to run; for deterministic specs (HopperBwdTiling.ordered_dq) a semaphore per query tile admits the KV blocks'
+reductions one at a time in dispatch order (the hd192/256 split adds dQ from registers: non-deterministic only,
+sm90_bwd_split.py). Its template is attn_bwd_hopper.cu.j2 (the
 preprocess kernel from templates/common/bwd_preprocess.cuh.j2, as the mma.sync backward has it), its
 parameter blocks abi.BWD_PARAMS (preprocess) and abi.HOPPER_BWD_PARAMS (TMA maps first).
 """
@@ -61,12 +63,21 @@ STAGES = 2
 #: (batch 4) measured 387 TFLOP/s, which this predicts; hd64 (339 measured) then predicts ~358, hd128 causal
 #: (343) ~382.
 STEP_OVERHEAD_CLK = 3200
+#: An ordered dQ (deterministic specs) against the default: each query tile's reductions wait for the KV blocks
+#: dispatched before this one, and for their own completion. A prediction, not yet measured here: FlashAttention-3
+#: and -4 report their semaphore-ordered dQ at 75-80% of their default's speed.
+ORDERED_DQ_SLOWDOWN = 1.25
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The dK/dV tiling of a head dim it serves; PlanError with the arithmetic when the budget cannot hold it."""
     if spec.head_dim in SPLIT_HEAD_DIMS:
         return split_tiling(spec, info)
+    return _rows_tiling(spec, info).model_copy(update={"ordered_dq": spec.deterministic})
+
+
+def _rows_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
+    """The tiling where each consumer warpgroup owns 64 KV rows and all of head_dim."""
     d, bn, st = spec.head_dim, BLOCK_N, STAGES
     bm = BLOCK_M[d]
     e = dtype_trait(spec.dtype).size
@@ -112,7 +123,8 @@ def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCos
     t_exp = heads * n * n * density / (MUFU_PER_CLK * sms * clk)
     t_steps = steps / sms * STEP_OVERHEAD_CLK / clk
     t_mma = BWD_FLOPS_OVER_FWD * ref_forward_flops(spec) / (info.wgmma_flops_per_clk * sms * clk)
-    dkdv = (t_mma + t_exp + t_steps) / wave_efficiency(info, kv_blocks, 1)
+    ordered = ORDERED_DQ_SLOWDOWN if t.ordered_dq else 1.0
+    dkdv = (t_mma + t_exp + t_steps) / wave_efficiency(info, kv_blocks, 1) * ordered
     return backward_cost(spec, info, [("preprocess", preprocess_us(spec, info)), ("dkdv_wgmma", dkdv)],
                          info.wgmma_flops_per_clk)
 
@@ -134,7 +146,7 @@ class Sm90Backward(BackwardFamily):
         return Coverage(archs=("sm90",), head_dims=HEAD_DIMS + SPLIT_HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
                         masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
                         pipelines=tuple(k.value for k in PipelineKind),
-                        notes="non-deterministic specs only (dQ's rounding order varies from run to run); the "
+                        notes="deterministic specs at hd64/128 only (their dQ reductions ordered by semaphores); the "
                               "spec's pipeline picks the forward's only")
 
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
@@ -142,8 +154,9 @@ class Sm90Backward(BackwardFamily):
             return why
         if arch_info(arch).wgmma_flops_per_clk == 0:
             return f"{arch.value} has no wgmma"
-        if spec.deterministic:
-            return "deterministic: the wgmma kernel adds dQ with TMA bulk reductions (rounding order varies)"
+        if spec.deterministic and spec.head_dim in SPLIT_HEAD_DIMS:
+            return (f"deterministic at head_dim {spec.head_dim}: the head-dim split adds dQ from registers (rounding "
+                    f"order varies)")
         if spec.head_dim not in HEAD_DIMS + SPLIT_HEAD_DIMS:
             return (f"head_dim {spec.head_dim}: not a multiple of 64 (the 128-byte TMA boxes), and dK and dV do not "
                     f"fit the consumer registers beside the scores")
@@ -155,6 +168,8 @@ class Sm90Backward(BackwardFamily):
         reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} ({t.block_n} KV rows x {t.block_m} queries, "
                   f"{t.stages} stages): measured 1.14-1.37x FlashAttention-2 on the H100, against 0.63-0.75x for "
                   f"the mma.sync kernels")
+        if t.ordered_dq:
+            reason += "; deterministic: dQ's reductions ordered by a semaphore per query tile"
         if t.split:
             reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} with head_dim split between the warpgroups "
                       f"({t.block_n} KV rows x {t.block_m} queries, {t.stages} stages): five wgmma products per "
@@ -165,7 +180,8 @@ class Sm90Backward(BackwardFamily):
 
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
         h = plan.dkdv_wgmma
-        dq = split_line(h) if h.split else "dQ by TMA bulk reductions"
+        dq = split_line(h) if h.split else "dQ by TMA bulk reductions" + (
+            ", ordered by a semaphore per query tile (deterministic)" if h.ordered_dq else "")
         return [f"wgmma dK/dV {h.block_n} KV rows ({h.consumer_wgs} consumer warpgroups, setmaxnreg "
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
                 f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}"]
@@ -175,7 +191,8 @@ class Sm90Backward(BackwardFamily):
         hb = plan.dkdv_wgmma
         line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
                 f"regs {hb.producer_regs}/{hb.consumer_regs}, ")
-        return line + (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup")
+        ordered = ", ordered (deterministic)" if hb.ordered_dq else ""
+        return line + (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup{ordered}")
 
     def context(self, plan: HopperBwdPlan) -> dict[str, object]:
         from ..codegen.renderer import common_context
@@ -205,7 +222,8 @@ class Sm90Backward(BackwardFamily):
         q, k, v, dout = (x if tma.describable(x) else x.contiguous() for x in (q, k, v, dout))
         h = plan.dkdv_wgmma
         # D and the LSE padded per entry to whole query tiles: the producer bulk-copies a tile's row values.
-        b = rt.buffers(q, k, v, accumulate=True, entries=seqs.batch, pad_rows=h.block_m, dlse=dlse)
+        b = rt.buffers(q, k, v, accumulate=True, entries=seqs.batch, pad_rows=h.block_m, dlse=dlse,
+                       semaphores=h.ordered_dq)
         params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse, softmax_scale,
                                 args, seqs)
         # The wgmma kernel's block: the five tensor maps, then the same fields.

@@ -270,6 +270,9 @@ class HopperBwdTiling(_Frozen):
     #: With `split`: warpgroup 0 computes all of S^T and P^T, warpgroup 1 all of dP^T and dS^T (P^T read back from
     #: shared memory), each product 64 query columns wide, instead of each warpgroup half the columns of both.
     split_by_product: bool = False
+    #: dQ's reductions ordered by per-tile semaphores (deterministic specs): each tile's parts are added in the
+    #: KV blocks' dispatch order, so dQ is bitwise reproducible.
+    ordered_dq: bool = False
 
     @property
     def consumer_wgs(self) -> int:
