@@ -146,3 +146,24 @@ def test_catalogue_decode_kernels_compile_with_zero_spills(arch: Arch) -> None:
         assert names == set(cubin.source.plan.entry_names), f"{spec.name}: {names}"
         for res in cubin.resources:
             assert not (res.spill_stores or res.stack_bytes), f"{spec.name} {arch.value} {res.name} spills"
+
+
+def test_deterministic_hopper_backward_of_the_catalogue_compiles_with_zero_spills() -> None:
+    """deterministic at hd64/128 on sm90 runs the wgmma kernel with ordered dQ reductions: every catalogue spec at
+    those head dims, and its varlen twin, compiles without spills (the producer's semaphore wait and passes
+    included)."""
+    from attngen.spec.model import SeqlensKind
+    from attngen.toolchain.builder import build_bwd
+
+    todo = []
+    for spec in CATALOGUE:
+        if spec.head_dim not in (64, 128):
+            continue
+        det = spec.model_copy(update={"deterministic": True, "name": f"{spec.name}_det"})
+        todo += [det, det.model_copy(update={"seqlens": SeqlensKind.varlen, "name": f"{det.name}_varlen"})]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        cubins = list(pool.map(lambda spec: build_bwd(spec, Arch.sm90), todo))
+    for spec, cubin in zip(todo, cubins, strict=True):
+        assert cubin.source.plan.family == "sm90_bwd" and cubin.source.plan.dkdv_wgmma.ordered_dq, spec.name
+        for res in cubin.resources:
+            assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"{spec.name}: {res}"

@@ -94,7 +94,9 @@ def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
     assert h.block_n == 128 and h.threads == 384 and "wgmma" in p.reason
     det = plan_bwd(spec.model_copy(update={"deterministic": True}), "sm90")
     assert isinstance(det, HopperBwdPlan) and det.dkdv_wgmma.ordered_dq
-    assert det.dkdv_wgmma.model_copy(update={"ordered_dq": False}) == h, "the same tiles, dQ ordered"
+    o = det.dkdv_wgmma
+    assert (o.producer_regs, o.consumer_regs) == (32, h.consumer_regs) and h.producer_regs == 24
+    assert o.model_copy(update={"ordered_dq": False, "producer_regs": 24}) == h, "the same tiles, dQ ordered"
     assert plan_bwd(spec.model_copy(update={"deterministic": True, "head_dim": 256}), "sm90").family == "sm80_bwd"
     assert plan_bwd(spec, "sm80").family == "sm80_bwd" and plan_bwd(spec, "sm100").family == "sm80_bwd"
     why = dict(considered_bwd(spec.model_copy(update={"head_dim": 96}), "sm90"))

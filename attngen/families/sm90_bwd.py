@@ -30,6 +30,7 @@ from ..planning.shared import (
     ALIGN_SLACK,
     BWD_FLOPS_OVER_FWD,
     MUFU_PER_CLK,
+    PRODUCER_REGS,
     REF_HIDDEN,
     REF_SEQLEN,
     kernel_name,
@@ -67,16 +68,19 @@ STEP_OVERHEAD_CLK = 3200
 #: dispatched before this one, and for their own completion. A prediction, not yet measured here: FlashAttention-3
 #: and -4 report their semaphore-ordered dQ at 75-80% of their default's speed.
 ORDERED_DQ_SLOWDOWN = 1.25
+#: Producer registers with an ordered dQ: the reducing warp's semaphore and the passing warp's walk need more than 24
+#: (a document mask's packed twin spilled 4 B at 24); two consumer warpgroups keep setmaxnreg's 240 either way.
+ORDERED_PRODUCER_REGS = 32
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The dK/dV tiling of a head dim it serves; PlanError with the arithmetic when the budget cannot hold it."""
     if spec.head_dim in SPLIT_HEAD_DIMS:
         return split_tiling(spec, info)
-    return _rows_tiling(spec, info).model_copy(update={"ordered_dq": spec.deterministic})
+    return _rows_tiling(spec, info, spec.deterministic)
 
 
-def _rows_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
+def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> HopperBwdTiling:
     """The tiling where each consumer warpgroup owns 64 KV rows and all of head_dim."""
     d, bn, st = spec.head_dim, BLOCK_N, STAGES
     bm = BLOCK_M[d]
@@ -99,7 +103,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
         ("P", bn * bm * e if from_smem else 0), ("DQ", wgs * 64 * dq_cols * 4), ("Rows", st * 2 * bm * 4),
         ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
     smem = layout.total_bytes
-    producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
+    producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64, ORDERED_PRODUCER_REGS if ordered_dq
+                                                    else PRODUCER_REGS)
     regs = d + bm + REG_OVERHEAD
     if smem > info.smem_per_block or regs > consumer_regs:
         raise PlanError(f"needs {smem} B and ~{regs} registers; {info.arch.value} gives {info.smem_per_block} B, "
@@ -108,7 +113,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(spec, from_smem), smem_bytes=smem, smem=layout,
-                           regs_estimate=regs, schedule_words=words)
+                           regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq)
 
 
 def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCost:
