@@ -183,7 +183,8 @@ def _ordered_dq_completes(visits: list[list[bool]], descending: bool, ordered_pa
 
 def _visits(visible, sq: int, sk: int, bm: int = 64, bn: int = 128) -> list[list[bool]]:
     def tile(m: int, n: int) -> bool:
-        return any(visible(q, k) for q in range(m * bm, min(sq, m * bm + bm)) for k in range(n * bn, min(sk, n * bn + bn)))
+        queries, keys = range(m * bm, min(sq, m * bm + bm)), range(n * bn, min(sk, n * bn + bn))
+        return any(visible(q, k) for q in queries for k in keys)
 
     return [[tile(m, n) for m in range(-(-sq // bm))] for n in range(-(-sk // bn))]
 
