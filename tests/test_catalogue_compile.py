@@ -152,12 +152,13 @@ def test_deterministic_hopper_backward_of_the_catalogue_compiles_with_zero_spill
     """deterministic at hd64/128 on sm90 runs the wgmma kernel with ordered dQ reductions: every catalogue spec at
     those head dims, and its varlen twin, compiles without spills (the producer's semaphore wait and passes
     included)."""
+    from attngen.planning.shared import schedule_words
     from attngen.spec.model import SeqlensKind
     from attngen.toolchain.builder import build_bwd
 
     todo = []
     for spec in CATALOGUE:
-        if spec.head_dim not in (64, 128):
+        if spec.head_dim not in (64, 128) or schedule_words(spec):   # masks with holes: the mma.sync kernels
             continue
         det = spec.model_copy(update={"deterministic": True, "name": f"{spec.name}_det"})
         todo += [det, det.model_copy(update={"seqlens": SeqlensKind.varlen, "name": f"{det.name}_varlen"})]

@@ -94,9 +94,11 @@ def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
     assert h.block_n == 128 and h.threads == 384 and "wgmma" in p.reason
     det = plan_bwd(spec.model_copy(update={"deterministic": True}), "sm90")
     assert isinstance(det, HopperBwdPlan) and det.dkdv_wgmma.ordered_dq
-    o = det.dkdv_wgmma
-    assert (o.producer_regs, o.consumer_regs) == (32, h.consumer_regs) and h.producer_regs == 24
-    assert o.model_copy(update={"ordered_dq": False, "producer_regs": 24}) == h, "the same tiles, dQ ordered"
+    assert det.dkdv_wgmma.model_copy(update={"ordered_dq": False}) == h, "the same tiles and registers, dQ ordered"
+    holes = AttentionSpec(head_dim=128, dtype="bf16", deterministic=True, mask={
+        "expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
+        "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}})
+    assert plan_bwd(holes, "sm90").family == "sm80_bwd", "a mask with holes: the mma.sync kernels when deterministic"
     assert plan_bwd(spec.model_copy(update={"deterministic": True, "head_dim": 256}), "sm90").family == "sm80_bwd"
     assert plan_bwd(spec, "sm80").family == "sm80_bwd" and plan_bwd(spec, "sm100").family == "sm80_bwd"
     why = dict(considered_bwd(spec.model_copy(update={"head_dim": 96}), "sm90"))

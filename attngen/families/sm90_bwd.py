@@ -68,9 +68,10 @@ STEP_OVERHEAD_CLK = 3200
 #: dispatched before this one, and for their own completion. A prediction, not yet measured here: FlashAttention-3
 #: and -4 report their semaphore-ordered dQ at 75-80% of their default's speed.
 ORDERED_DQ_SLOWDOWN = 1.25
-#: Producer registers with an ordered dQ: the reducing warp's semaphore and the passing warp's walk need more than 24
-#: (a document mask's packed twin spilled 4 B at 24); two consumer warpgroups keep setmaxnreg's 240 either way.
-ORDERED_PRODUCER_REGS = 32
+#: Producer registers with an ordered dQ: 24, as without. 32 would leave the consumers 232 of the launch's pool (168 x
+#: 384 threads), where hd128 unmasked spills 16 B; at 24 only a mask with holes, packed, spills (4 B), so masks with
+#: holes take the mma.sync kernels when deterministic (`Sm90Backward.serves`).
+ORDERED_PRODUCER_REGS = 24
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
@@ -162,6 +163,9 @@ class Sm90Backward(BackwardFamily):
         if spec.deterministic and spec.head_dim in SPLIT_HEAD_DIMS:
             return (f"deterministic at head_dim {spec.head_dim}: the head-dim split adds dQ from registers (rounding "
                     f"order varies)")
+        if spec.deterministic and schedule_words(spec):
+            return ("deterministic with a mask with holes: the ordered dQ's producer spills beside the live-tile "
+                    "bitmap's walk")
         if spec.head_dim not in HEAD_DIMS + SPLIT_HEAD_DIMS:
             return (f"head_dim {spec.head_dim}: not a multiple of 64 (the 128-byte TMA boxes), and dK and dV do not "
                     f"fit the consumer registers beside the scores")
