@@ -65,9 +65,9 @@ STAGES = 2
 #: (343) ~382.
 STEP_OVERHEAD_CLK = 3200
 #: An ordered dQ (deterministic specs) against the default: each query tile's reductions wait for the KV blocks
-#: dispatched before this one, and for their own completion. A prediction, not yet measured here: FlashAttention-3
-#: and -4 report their semaphore-ordered dQ at 75-80% of their default's speed.
-ORDERED_DQ_SLOWDOWN = 1.25
+#: dispatched before this one, and for their own completion. Measured on the H100 at hd128 8k
+#: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal.
+ORDERED_DQ_SLOWDOWN = 1.08
 #: Producer registers with an ordered dQ: 24, as without. 32 would leave the consumers 232 of the launch's pool (168 x
 #: 384 threads), where hd128 unmasked spills 16 B; at 24 only a mask with holes, packed, spills (4 B), so masks with
 #: holes take the mma.sync kernels when deterministic (`Sm90Backward.serves`).
