@@ -44,21 +44,9 @@ def atomic_variants(spec: AttentionSpec, arch, limit: int):  # type: ignore[no-u
     """Atomic-dQ plans at the `limit` cheapest dK/dV tiles (by the planner's cost) whose dQ warp tiling exists with up
     to ATOMIC_MAX_COLS columns and whose shared memory fits, register estimate aside; the dQ tiling is the planner's
     (its kernel is built, not launched)."""
-    import itertools
-
-    from attngen.planning.ir import DkdvTiling
-
     info = arch_info(arch)
     base = sm80_bwd.Sm80Backward().plan(spec, info, atomic_dq=True).model_copy(update={"dq_atomic": True})
-    tiles = []
-    for warps, bm, dc in itertools.product(sm80_bwd.DKDV_WARPS, sm80_bwd.DKDV_BLOCK_MS, sm80_bwd.d_chunks(spec)):
-        cols = sm80_bwd.atomic_dq_cols(warps, bm, dc, ATOMIC_MAX_COLS)
-        layout = sm80_bwd.dkdv_layout(spec, 16 * warps, bm, sm80_bwd.BWD_STAGES, True)
-        if cols is None or layout.total_bytes > info.smem_per_block:
-            continue
-        tiles.append(DkdvTiling(num_warps=warps, block_n=16 * warps, block_m=bm, d_chunk=dc,
-                                stages=sm80_bwd.BWD_STAGES, smem_bytes=layout.total_bytes, smem=layout,
-                                regs_estimate=sm80_bwd.dkdv_registers(bm, dc, info, cols)))
+    tiles = sm80_bwd.dkdv_candidates(spec, info, [], True, ATOMIC_MAX_COLS, check_registers=False)
     tiles.sort(key=lambda t: sm80_bwd.dkdv_cost(spec, info, t, True))
     return [base.model_copy(update={"dkdv": t}) for t in tiles[:limit]]
 

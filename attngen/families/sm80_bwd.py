@@ -165,18 +165,21 @@ def plan_cost(spec: AttentionSpec, info: ArchInfo, dkdv: DkdvTiling, dq: DqTilin
     return backward_cost(spec, info, kernels, info.mma_flops_per_clk)
 
 
-def dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str], dq_atomic: bool) -> list[DkdvTiling]:
+def dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str], dq_atomic: bool,
+                    max_dq_cols: int = MAX_ATOMIC_DQ_COLS, check_registers: bool = True) -> list[DkdvTiling]:
+    """The dK/dV tilings the budget holds; `max_dq_cols` bounds an atomic dQ slice per warp, and without
+    `check_registers` the register estimate rejects nothing (ptxas decides: benchmarks/sweep_bwd.py --atomic)."""
     out = []
     for warps, bm, dc in itertools.product(DKDV_WARPS, DKDV_BLOCK_MS, d_chunks(spec)):
         bn = 16 * warps
-        dq_cols = atomic_dq_cols(warps, bm, dc) if dq_atomic else 0
+        dq_cols = atomic_dq_cols(warps, bm, dc, max_dq_cols) if dq_atomic else 0
         if dq_cols is None:
             rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: no warp tiling of its dQ slice within "
-                            f"{MAX_ATOMIC_DQ_COLS} columns per warp")
+                            f"{max_dq_cols} columns per warp")
             continue
         layout = dkdv_layout(spec, bn, bm, BWD_STAGES, dq_atomic)
         smem, regs = layout.total_bytes, dkdv_registers(bm, dc, info, dq_cols)
-        why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
+        why = _check(info, spec, smem, regs if check_registers else 0, max(bn, bm), warps * 32)
         if why:
             rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: {why}")
             continue

@@ -30,7 +30,6 @@ from ..planning.shared import (
     ALIGN_SLACK,
     BWD_FLOPS_OVER_FWD,
     MUFU_PER_CLK,
-    PRODUCER_REGS,
     REF_HIDDEN,
     REF_SEQLEN,
     kernel_name,
@@ -68,10 +67,6 @@ STEP_OVERHEAD_CLK = 3200
 #: dispatched before this one, and for their own completion. Measured on the H100 at hd128 8k
 #: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal.
 ORDERED_DQ_SLOWDOWN = 1.08
-#: Producer registers with an ordered dQ: 24, as without. 32 would leave the consumers 232 of the launch's pool (168 x
-#: 384 threads), where hd128 unmasked spills 16 B; at 24 only a mask with holes, packed, spills (4 B), so masks with
-#: holes take the mma.sync kernels when deterministic (`Sm90Backward.serves`).
-ORDERED_PRODUCER_REGS = 24
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
@@ -104,8 +99,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
         ("P", bn * bm * e if from_smem else 0), ("DQ", wgs * 64 * dq_cols * 4), ("Rows", st * 2 * bm * 4),
         ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
     smem = layout.total_bytes
-    producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64, ORDERED_PRODUCER_REGS if ordered_dq
-                                                    else PRODUCER_REGS)
+    producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
     regs = d + bm + REG_OVERHEAD
     if smem > info.smem_per_block or regs > consumer_regs:
         raise PlanError(f"needs {smem} B and ~{regs} registers; {info.arch.value} gives {info.smem_per_block} B, "
@@ -164,6 +158,8 @@ class Sm90Backward(BackwardFamily):
             return (f"deterministic at head_dim {spec.head_dim}: the head-dim split adds dQ from registers (rounding "
                     f"order varies)")
         if spec.deterministic and schedule_words(spec):
+            # The ordered dQ's producer keeps 24 registers: 32 would leave the consumers 232 of the launch's pool,
+            # where hd128 unmasked spills 16 B; at 24 only a mask with holes, packed, spills (4 B).
             return ("deterministic with a mask with holes: the ordered dQ's producer spills beside the live-tile "
                     "bitmap's walk")
         if spec.head_dim not in HEAD_DIMS + SPLIT_HEAD_DIMS:
@@ -174,15 +170,16 @@ class Sm90Backward(BackwardFamily):
     # ---- planning ------------------------------------------------------------------------------
     def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None) -> HopperBwdPlan:
         t = tiling(spec, info)
-        reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} ({t.block_n} KV rows x {t.block_m} queries, "
-                  f"{t.stages} stages): measured 1.14-1.37x FlashAttention-2 on the H100, against 0.63-0.75x for "
-                  f"the mma.sync kernels")
-        if t.ordered_dq:
-            reason += "; deterministic: dQ's reductions ordered by a semaphore per query tile"
         if t.split:
             reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} with head_dim split between the warpgroups "
                       f"({t.block_n} KV rows x {t.block_m} queries, {t.stages} stages): five wgmma products per "
                       f"tile pair against the mma.sync kernels' seven and their head-dim slices' recomputation")
+        else:
+            reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} ({t.block_n} KV rows x {t.block_m} queries, "
+                      f"{t.stages} stages): measured 1.14-1.37x FlashAttention-2 on the H100, against 0.63-0.75x for "
+                      f"the mma.sync kernels")
+        if t.ordered_dq:
+            reason += "; deterministic: dQ's reductions ordered by a semaphore per query tile"
         return HopperBwdPlan(spec=spec, arch=info.arch, family=self.name,
                              kernel_name=kernel_name(spec, info.arch, PipelineKind.multistage, "bwd"), dkdv_wgmma=t,
                              cost=plan_cost(spec, info, t), reason=reason)

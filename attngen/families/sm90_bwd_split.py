@@ -14,6 +14,8 @@ from __future__ import annotations
 from ..codegen.wgmma import M, WgmmaOp
 from ..errors import PlanError
 from ..features.dtype import dtype_trait
+from ..features.variant import variant_of
+from ..features.variant_cxx import score_grad_is_const
 from ..planning.archs import ArchInfo
 from ..planning.ir import HopperBwdTiling, SmemRegions, SplitRole
 from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
@@ -92,9 +94,6 @@ def by_product(spec: AttentionSpec) -> bool:
     k-step 4 KB in 32 clocks against 3 KB in 16: 128 against 192 B/clock, beyond the 128 shared memory serves). It
     needs dS^T from P^T alone, so a score mod whose derivative varies per element (which needs the raw score where
     dP^T is) splits by columns."""
-    from ..features.variant import variant_of
-    from ..features.variant_cxx import score_grad_is_const
-
     return score_grad_is_const(variant_of(spec))
 
 

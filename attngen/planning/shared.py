@@ -93,12 +93,12 @@ def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind, directi
     return f"attn_{direction}_{mask}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_{pipeline.value}{varlen}"
 
 
-def setmaxnreg_split(info: ArchInfo, consumer_wgs: int, producer: int = PRODUCER_REGS) -> tuple[int, int]:
+def setmaxnreg_split(info: ArchInfo, consumer_wgs: int) -> tuple[int, int]:
     """(producer, consumer) registers per thread of a warp-specialized block: what the producer
-    warpgroup gives up (down to `producer` registers) is shared by the consumers, in multiples of 8, up to
+    warpgroup gives up (down to PRODUCER_REGS) is shared by the consumers, in multiples of 8, up to
     setmaxnreg's maximum. The pool is what the launch allocated (the registers per thread a block of this many
     threads gets, a multiple of 8, times its threads), not the whole register file: setmaxnreg.inc past the pool
     waits forever (384 threads get 168 each, 64512 of 65536)."""
     threads = 128 * (1 + consumer_wgs)
-    total = info.regs_per_sm // threads // 8 * 8 * threads - 128 * producer
-    return producer, min(info.max_setmaxnreg, total // (128 * consumer_wgs) // 8 * 8)
+    total = info.regs_per_sm // threads // 8 * 8 * threads - 128 * PRODUCER_REGS
+    return PRODUCER_REGS, min(info.max_setmaxnreg, total // (128 * consumer_wgs) // 8 * 8)
