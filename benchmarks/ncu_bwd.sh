@@ -1,11 +1,13 @@
 #!/bin/bash
 # Nsight Compute profiles of the sm90 backward's dK/dV kernel (device machine): speed of light, warp states,
-# and the per-instruction stall samples of the SASS, at hd128 and hd64, 8k, non-causal and causal.
+# and the per-instruction stall samples of the SASS, at 8k: by default hd128 non-causal and causal and hd64 non-causal;
+# NCU_BWD_CONFIGS="256 ;256 --causal" (head dim, then --causal or nothing; ';' between) names others.
 #   bash benchmarks/ncu_bwd.sh [tag]      (writes $OUT/ncu_bwd_<tag>/)
 . benchmarks/device_env.sh
 dir=$OUT/ncu_bwd_${1:-base}
 mkdir -p "$dir"
-for cfg in "128 " "128 --causal" "64 "; do
+IFS=';' read -ra configs <<< "${NCU_BWD_CONFIGS:-128 ;128 --causal;64 }"
+for cfg in "${configs[@]}"; do
   set -- $cfg
   name=hd$1${2:+_causal}
   python3 benchmarks/profile_one.py --head-dim "$1" --seqlen 8192 --backward $2 >/dev/null || exit 1

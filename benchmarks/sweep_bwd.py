@@ -1,6 +1,12 @@
 """Time every backward tiling the planner finds feasible (dK/dV x dQ), against the SDPA flash backend.
 
-    python benchmarks/sweep_bwd.py --head-dims 64,128 --seqlen 8192 --out sweep_bwd.json
+    python benchmarks/sweep_bwd.py --head-dims 64,128 --seqlen 8192 --out sweep_bwd.json [--atomic]
+
+With --atomic it also times the mma.sync family's atomic-dQ plans (FlashAttention-2's order: dQ added with fp32
+atomics from the dK/dV kernel, no dQ kernel) at dK/dV tiles whose dQ slice takes up to ATOMIC_MAX_COLS columns per
+warp, FlashAttention-2's own tiles among them (hd128 128 KV x 64 queries, hd64 128 x 128, 8 warps). The planner's
+register estimate rejects those; ptxas fits them (255 registers, no spills on sm_80 and sm_90a), so each is compiled
+first and skipped, with the reason printed, if it spills.
 """
 
 # ruff: noqa: B023  (each closure is timed before the loop moves on)
@@ -9,10 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-
-import torch
-import triton.testing
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attngen.families.sm80_bwd as sm80_bwd
 from attngen.codegen.renderer import render
@@ -34,12 +36,32 @@ def variants(spec: AttentionSpec, arch, limit: int):  # type: ignore[no-untyped-
     return out
 
 
+#: dQ columns per warp the atomic variants may take (the planner's MAX_ATOMIC_DQ_COLS is 32).
+ATOMIC_MAX_COLS = 64
+
+
+def atomic_variants(spec: AttentionSpec, arch, limit: int):  # type: ignore[no-untyped-def]
+    """Atomic-dQ plans at the `limit` cheapest dK/dV tiles (by the planner's cost) whose dQ warp tiling exists with up
+    to ATOMIC_MAX_COLS columns and whose shared memory fits, register estimate aside; the dQ tiling is the planner's
+    (its kernel is built, not launched)."""
+    info = arch_info(arch)
+    base = sm80_bwd.Sm80Backward().plan(spec, info, atomic_dq=True).model_copy(update={"dq_atomic": True})
+    tiles = sm80_bwd.dkdv_candidates(spec, info, [], True, ATOMIC_MAX_COLS, check_registers=False)
+    tiles.sort(key=lambda t: sm80_bwd.dkdv_cost(spec, info, t, True))
+    return [base.model_copy(update={"dkdv": t}) for t in tiles[:limit]]
+
+
 def main() -> int:
+    import torch
+    import triton.testing
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--limit", type=int, default=6)
     ap.add_argument("--out", default="sweep_bwd.json")
+    ap.add_argument("--atomic", action="store_true", help="also the atomic-dQ plans (see the module's docstring)")
     args = ap.parse_args()
     arch = current_arch()
     rows = []
@@ -61,8 +83,15 @@ def main() -> int:
 
             kernel.cubins[arch] = build(spec, arch)
             out = kernel(q, k, v)
-            for i, p in enumerate(variants(spec, arch, args.limit)):
-                kernel.backward.cubins[arch] = compile_cached(render(p))
+            plans = variants(spec, arch, args.limit) + (atomic_variants(spec, arch, args.limit) if args.atomic else [])
+            for i, p in enumerate(plans):
+                cubin = compile_cached(render(p))
+                spills = [r for r in cubin.resources if r.spill_stores or r.spill_loads]
+                if spills and p.dq_atomic:
+                    print(f"hd{d} atomic dkdv {p.dkdv.block_n}x{p.dkdv.block_m} w{p.dkdv.num_warps} "
+                          f"dc{p.dkdv.d_chunk}: skipped, spills {spills}", flush=True)
+                    continue
+                kernel.backward.cubins[arch] = cubin
                 kernel.backward._loaded.clear()
                 grads = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
                 err = max(((g.float() - r.float()).norm() / r.float().norm()).item()
@@ -70,11 +99,13 @@ def main() -> int:
                 ms = triton.testing.do_bench(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
                                              warmup=25, rep=100, return_mode="median")
                 a, c = p.dkdv, p.dq
-                row = {"head_dim": d, "causal": causal, "variant": i, "dkdv": a.model_dump(), "dq": c.model_dump(),
+                row = {"head_dim": d, "causal": causal, "variant": i, "dq_atomic": p.dq_atomic,
+                       "dkdv": a.model_dump(), "dq": c.model_dump(),
                        "tflops": flops / ms / 1e9, "flash_tflops": flops / ms_flash / 1e9, "err_vs_flash": err}
                 rows.append(row)
+                dq = "dq atomic" if p.dq_atomic else f"dq {c.block_m}x{c.block_n} w{c.num_warps} dc{c.d_chunk}"
                 print(f"hd{d} {'causal' if causal else 'full  '} dkdv {a.block_n}x{a.block_m} w{a.num_warps} "
-                      f"dc{a.d_chunk} | dq {c.block_m}x{c.block_n} w{c.num_warps} dc{c.d_chunk}: "
+                      f"dc{a.d_chunk} | {dq}: "
                       f"{row['tflops']:.0f} TF/s (flash {row['flash_tflops']:.0f}) err {err:.1e}", flush=True)
     with open(args.out, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

@@ -165,9 +165,9 @@ def test_backward_families_are_registered_fastest_path_first() -> None:
         cover = family.coverage()
         assert cover.archs and cover.head_dims and cover.dtypes and cover.masks and cover.notes
     assert families.get("sm80_bwd").path == "mma.sync + cp.async, atomic-free"
-    assert families.get("sm90_bwd").path == "TMA + wgmma, dQ by TMA bulk reductions"
+    assert families.get("sm90_bwd").path.startswith("TMA + wgmma, dQ by TMA bulk reductions")
     assert families.get("sm90_bwd").coverage().archs == ("sm90",)
-    assert families.get("sm90_bwd").coverage().head_dims == (64, 128)
+    assert families.get("sm90_bwd").coverage().head_dims == (64, 128, 192, 256)
 
 
 @pytest.mark.parametrize("arch", list(Arch), ids=[a.value for a in Arch])
@@ -178,10 +178,11 @@ def test_backward_plan_is_the_first_serving_family(arch: Arch, head_dim: int, de
 
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", deterministic=deterministic)
     serving, refused = families.serving(spec, arch, Direction.backward)
-    wgmma = arch is Arch.sm90 and head_dim in (64, 128) and not deterministic
+    wgmma = arch is Arch.sm90 and head_dim in ((64, 128) if deterministic else (64, 128, 192, 256))
     assert [f.name for f in serving] == (["sm90_bwd", "sm80_bwd"] if wgmma else ["sm80_bwd"])
     cover = families.get("sm90_bwd").coverage()
-    assert (arch.value in cover.archs and head_dim in cover.head_dims and not deterministic) == wgmma
+    assert (arch.value in cover.archs and head_dim in cover.head_dims and (head_dim <= 128 or not deterministic)) \
+        == wgmma
     try:
         p = plan_bwd(spec, arch)
     except PlanError:
@@ -200,10 +201,13 @@ def test_sm90_backward_refusals_say_why() -> None:
     spec = AttentionSpec(head_dim=128, dtype="bf16")
     assert sm90.serves(spec, Arch.sm90) is None
     assert sm90.serves(spec, Arch.sm100) == "sm100 has no wgmma"
-    assert sm90.serves(spec.model_copy(update={"deterministic": True}), Arch.sm90) == (
-        "deterministic: the wgmma kernel adds dQ with TMA bulk reductions (rounding order varies)")
-    assert sm90.serves(spec.model_copy(update={"head_dim": 256}), Arch.sm90) == (
-        "head_dim 256: dK and dV do not fit the consumer registers beside the scores")
+    assert sm90.serves(spec.model_copy(update={"deterministic": True}), Arch.sm90) is None
+    assert sm90.serves(spec.model_copy(update={"deterministic": True, "head_dim": 256}), Arch.sm90) == (
+        "deterministic at head_dim 256: the head-dim split adds dQ from registers (rounding order varies)")
+    assert sm90.serves(spec.model_copy(update={"head_dim": 256}), Arch.sm90) is None
+    assert sm90.serves(spec.model_copy(update={"head_dim": 96}), Arch.sm90) == (
+        "head_dim 96: not a multiple of 64 (the 128-byte TMA boxes), and dK and dV do not fit the consumer "
+        "registers beside the scores")
 
 
 def test_each_backward_family_renders_only_the_kernels_it_launches() -> None:

@@ -119,21 +119,30 @@ def test_sum_backward_with_expanded_grad() -> None:
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_deterministic_gradients_are_exact(head_dim: int) -> None:
-    """deterministic: true runs the atomic-free dQ kernel: same accuracy as the default."""
+    """deterministic: true runs the wgmma kernel with its dQ reductions ordered (sm90, hd64/128) or the atomic-free
+    mma.sync kernels: same accuracy as the default."""
     spec = AttentionSpec(name=f"det{head_dim}", head_dim=head_dim, dtype="bf16", mask="causal", deterministic=True)
-    plan = _kernel(spec).backward.cubin(attngen.runtime.kernel.current_arch()).source.plan
-    assert plan.family == "sm80_bwd" and not plan.dq_atomic
+    arch = attngen.runtime.kernel.current_arch()
+    plan = _kernel(spec).backward.cubin(arch).source.plan
+    if arch.value == "sm90" and head_dim <= 128:
+        assert plan.family == "sm90_bwd" and plan.dkdv_wgmma.ordered_dq
+    else:
+        assert plan.family == "sm80_bwd" and not plan.dq_atomic
     for i, shape in enumerate([(1, 17, 17, 8, 1), (1, 1000, 129, 2, 1), (1, 257, 1000, 4, 2)]):
         q, k, v, dout = _inputs(spec, shape, seed=300 + i)
         _check(spec, q, k, v, dout)
 
 
-def test_backward_runs_the_family_the_planner_chose() -> None:
-    """The launcher dispatches through the plan's family; the cubin holds that family's kernels only."""
-    spec = AttentionSpec(name="fam128", head_dim=128, dtype="bf16", mask="causal")
+@pytest.mark.parametrize("head_dim", [128, 192, 256])
+def test_backward_runs_the_family_the_planner_chose(head_dim: int) -> None:
+    """The launcher dispatches through the plan's family; the cubin holds that family's kernels only (on sm90 at
+    hd192/256 the wgmma kernel whose warpgroups split head_dim)."""
+    spec = AttentionSpec(name=f"fam{head_dim}", head_dim=head_dim, dtype="bf16", mask="causal")
     arch = attngen.runtime.kernel.current_arch()
     cubin = _kernel(spec).backward.cubin(arch)
     assert cubin.source.plan.family == ("sm90_bwd" if arch.value == "sm90" else "sm80_bwd")
+    assert bool(getattr(cubin.source.plan, "dkdv_wgmma", None) and cubin.source.plan.dkdv_wgmma.split) == (
+        arch.value == "sm90" and head_dim > 128)
     assert sorted(r.name for r in cubin.resources) == sorted(cubin.source.entry_names)
     q, k, v, dout = _inputs(spec, (1, 1000, 1000, 4, 2), seed=41)
     _check(spec, q, k, v, dout)
@@ -162,14 +171,23 @@ def test_atomic_dq_option_of_sm80_bwd_gives_the_same_gradients(head_dim: int) ->
             assert err < GRAD_TOLERANCE[spec.dtype], f"{spec.name} {tuple(q.shape)}: {name} {err:.2e}"
 
 
-def test_deterministic_gradients_are_bitwise_equal() -> None:
-    spec = AttentionSpec(name="det", head_dim=128, dtype="bf16", mask="causal", deterministic=True)
+@pytest.mark.parametrize(("mask", "head_dim", "window"), [("causal", 128, None), ("none", 64, None),
+                                                          ("sliding_window", 128, (300, 0)),
+                                                          ("sliding_window", 64, (200, 100))])
+def test_deterministic_gradients_are_bitwise_equal(mask: str, head_dim: int, window: tuple[int, int] | None) -> None:
+    """Three runs give the same bits (on sm90 the ordered dQ reductions: ascending KV blocks without a right
+    bound, descending with one), and the gradients are exact."""
+    extra = {"window": window} if window else {}
+    spec = AttentionSpec(name=f"det_{mask}_{head_dim}", head_dim=head_dim, dtype="bf16", mask=mask,
+                         deterministic=True, **extra)
     kernel = _kernel(spec)
     q, k, v, dout = _inputs(spec, (2, 2048, 2048, 8, 2), seed=5)
     first = _grads(kernel, q, k, v, dout)
-    second = _grads(kernel, q, k, v, dout)
-    for a, b in zip(first, second, strict=True):
-        assert torch.equal(a, b)
+    for _ in range(2):
+        again = _grads(kernel, q, k, v, dout)
+        for a, b in zip(first, again, strict=True):
+            assert torch.equal(a, b)
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
 def test_torch_compile_backward_matches_eager() -> None:

@@ -24,7 +24,7 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
         except PlanError as exc:
             assert arch is Arch.sm86 and "fits" in str(exc), str(exc)
             continue
-        hopper = arch is Arch.sm90 and spec.head_dim in (64, 128) and not spec.deterministic
+        hopper = arch is Arch.sm90 and spec.head_dim % 64 == 0 and not spec.deterministic
         assert p.family == ("sm90_bwd" if hopper else "sm80_bwd") and p.summary()["family"] == p.family
         assert all("bwd" in name for name in p.entry_names)
         if isinstance(p, HopperBwdPlan):
@@ -50,7 +50,10 @@ def test_deterministic_specs_never_use_atomics() -> None:
     assert _mma(base, "sm90", atomic_dq=True).dq_atomic
     det = base.model_copy(update={"deterministic": True})
     assert not _mma(det, "sm90", atomic_dq=True).dq_atomic
-    assert not plan_bwd(det, "sm90").dq_atomic and "atomic-free" in plan_bwd(det, "sm90").reason
+    assert not plan_bwd(det, "sm80").dq_atomic and "atomic-free" in plan_bwd(det, "sm80").reason
+    hopper = plan_bwd(det, "sm90")  # the wgmma kernel's TMA reductions, ordered by semaphores
+    assert isinstance(hopper, HopperBwdPlan) and hopper.dkdv_wgmma.ordered_dq and "deterministic" in hopper.reason
+    assert not plan_bwd(base, "sm90").dkdv_wgmma.ordered_dq
 
 
 def test_atomic_dq_tiling_and_registers() -> None:
@@ -80,7 +83,7 @@ def test_atomic_dq_variant_compiles_without_spills(head_dim: int) -> None:
     assert all((r.spill_stores, r.spill_loads) == (0, 0) for r in cubin.resources), cubin.resources
 
 
-def test_hopper_backward_serves_sm90_hd128_unless_deterministic() -> None:
+def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
     from attngen.planning.planner_bwd import considered_bwd
 
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
@@ -89,10 +92,17 @@ def test_hopper_backward_serves_sm90_hd128_unless_deterministic() -> None:
     h = p.dkdv_wgmma
     assert h.smem_bytes <= 232448 and h.regs_estimate <= h.consumer_regs
     assert h.block_n == 128 and h.threads == 384 and "wgmma" in p.reason
-    assert plan_bwd(spec.model_copy(update={"deterministic": True}), "sm90").family == "sm80_bwd"
+    det = plan_bwd(spec.model_copy(update={"deterministic": True}), "sm90")
+    assert isinstance(det, HopperBwdPlan) and det.dkdv_wgmma.ordered_dq
+    assert det.dkdv_wgmma.model_copy(update={"ordered_dq": False}) == h, "the same tiles and registers, dQ ordered"
+    holes = AttentionSpec(head_dim=128, dtype="bf16", deterministic=True, mask={
+        "expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
+        "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}})
+    assert plan_bwd(holes, "sm90").family == "sm80_bwd", "a mask with holes: the mma.sync kernels when deterministic"
+    assert plan_bwd(spec.model_copy(update={"deterministic": True, "head_dim": 256}), "sm90").family == "sm80_bwd"
     assert plan_bwd(spec, "sm80").family == "sm80_bwd" and plan_bwd(spec, "sm100").family == "sm80_bwd"
-    why = dict(considered_bwd(spec.model_copy(update={"head_dim": 256}), "sm90"))
-    assert "head_dim 256" in why["sm90_bwd"] and why["sm80_bwd"].startswith("chosen")
+    why = dict(considered_bwd(spec.model_copy(update={"head_dim": 96}), "sm90"))
+    assert "head_dim 96" in why["sm90_bwd"] and why["sm80_bwd"].startswith("chosen")
     assert "comes before it" in dict(considered_bwd(spec, "sm90"))["sm80_bwd"]
 
 
@@ -162,4 +172,7 @@ def test_hopper_backward_cost_meets_its_calibration() -> None:
     assert causal.cost.flops * 2 == full.cost.flops
     assert causal.cost.predicted_us < 0.55 * full.cost.predicted_us
     det = plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm90)
-    assert isinstance(det, BwdPlan) and det.cost.predicted_us > full.cost.predicted_us
+    assert isinstance(det, HopperBwdPlan) and det.dkdv_wgmma.ordered_dq
+    assert det.cost.predicted_us > full.cost.predicted_us
+    mma = plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm80)
+    assert isinstance(mma, BwdPlan)

@@ -111,6 +111,9 @@ BWD_PARAMS: tuple[Field, ...] = (
     Field("kv_heads", "int", _I32),
     Field("scale_log2", "float", _F32),
     Field("softmax_scale", "float", _F32),
+    # An ordered dQ (the deterministic Hopper backward): one int semaphore per query tile of the padded row
+    # buffers, zeroed; null elsewhere.
+    Field("dq_sem", "int*", _PTR),
 )
 
 

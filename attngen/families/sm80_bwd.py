@@ -71,14 +71,14 @@ def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_a
     return dkdv_layout(spec, block_n, block_m, stages, dq_atomic).total_bytes
 
 
-def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int) -> int | None:
+def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int, max_cols: int = MAX_ATOMIC_DQ_COLS) -> int | None:
     """dQ columns per warp when the dK/dV kernel computes dQ: warps tile (block_m / 16) x the rest;
-    None when that tiling does not exist or needs too many registers."""
+    None when that tiling does not exist or needs more than `max_cols` columns (registers)."""
     warps_m = block_m // 16
     if warps_m > num_warps or num_warps % warps_m:
         return None
     cols = d_chunk // (num_warps // warps_m)
-    return cols if cols % 16 == 0 and cols <= MAX_ATOMIC_DQ_COLS else None
+    return cols if cols % 16 == 0 and cols <= max_cols else None
 
 
 def dq_layout(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> SmemRegions:
@@ -143,12 +143,6 @@ def dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
                           heads * (n // t.block_m) * chunks * (n // t.block_n))
 
 
-def resident_blocks(info: ArchInfo, smem: int, regs: int, threads: int) -> int:
-    """Blocks of one kernel resident per SM: by shared memory (with the driver's reserve), registers and threads."""
-    return min(info.smem_per_sm // (smem + info.smem_reserved_per_block), info.regs_per_sm // (regs * threads),
-               info.max_threads_per_sm // threads)
-
-
 def plan_cost(spec: AttentionSpec, info: ArchInfo, dkdv: DkdvTiling, dq: DqTiling, dq_atomic: bool) -> BwdCost:
     """The plan's predicted time at the reference workload: the preprocess, then dkdv_cost and dq_cost (the
     ranking's terms) times the share of tiles the mask keeps, over the waves each kernel's grid fills. Not
@@ -161,7 +155,7 @@ def plan_cost(spec: AttentionSpec, info: ArchInfo, dkdv: DkdvTiling, dq: DqTilin
 
     def kernel(cost: float, rows: int, d_chunk: int, t: DkdvTiling | DqTiling) -> float:
         blocks = -(-n // rows) * (spec.head_dim // d_chunk) * heads
-        resident = resident_blocks(info, t.smem_bytes, t.regs_estimate, t.num_warps * 32)
+        resident = shared.resident_blocks(info, t.smem_bytes, t.regs_estimate, t.num_warps * 32)
         return cost * density / wave_efficiency(info, blocks, resident)
 
     kernels = [("preprocess", preprocess_us(spec, info)),
@@ -171,18 +165,21 @@ def plan_cost(spec: AttentionSpec, info: ArchInfo, dkdv: DkdvTiling, dq: DqTilin
     return backward_cost(spec, info, kernels, info.mma_flops_per_clk)
 
 
-def dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str], dq_atomic: bool) -> list[DkdvTiling]:
+def dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str], dq_atomic: bool,
+                    max_dq_cols: int = MAX_ATOMIC_DQ_COLS, check_registers: bool = True) -> list[DkdvTiling]:
+    """The dK/dV tilings the budget holds; `max_dq_cols` bounds an atomic dQ slice per warp, and without
+    `check_registers` the register estimate rejects nothing (ptxas decides: benchmarks/sweep_bwd.py --atomic)."""
     out = []
     for warps, bm, dc in itertools.product(DKDV_WARPS, DKDV_BLOCK_MS, d_chunks(spec)):
         bn = 16 * warps
-        dq_cols = atomic_dq_cols(warps, bm, dc) if dq_atomic else 0
+        dq_cols = atomic_dq_cols(warps, bm, dc, max_dq_cols) if dq_atomic else 0
         if dq_cols is None:
             rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: no warp tiling of its dQ slice within "
-                            f"{MAX_ATOMIC_DQ_COLS} columns per warp")
+                            f"{max_dq_cols} columns per warp")
             continue
         layout = dkdv_layout(spec, bn, bm, BWD_STAGES, dq_atomic)
         smem, regs = layout.total_bytes, dkdv_registers(bm, dc, info, dq_cols)
-        why = _check(info, spec, smem, regs, max(bn, bm), warps * 32)
+        why = _check(info, spec, smem, regs if check_registers else 0, max(bn, bm), warps * 32)
         if why:
             rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: {why}")
             continue

@@ -27,7 +27,7 @@ from ..features.variant import params_with_variant, variant_of
 from ..planning.archs import ArchInfo
 from ..planning.ir import DecodeCandidate, DecodePlan, DecodeTiling, SmemRegions
 from ..planning.planner_decode import MAX_DECODE_QUERY, DecodeFamily, DecodeShape, LaunchStep
-from ..planning.shared import swizzle_chunks
+from ..planning.shared import resident_blocks, swizzle_chunks
 from ..planning.splits import MAX_SPLITS, SplitChoice, choose_splits
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, SeqlensKind
 from .base import Coverage
@@ -82,8 +82,7 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, t: DecodeTiling) -> DecodeCand
     if regs > info.max_regs_per_thread:
         return reject(f"needs ~{regs} registers per thread; at most {info.max_regs_per_thread}")
     threads = t.num_warps * 32
-    blocks = min(info.smem_per_sm // (smem + info.smem_reserved_per_block), info.regs_per_sm // (regs * threads),
-                 info.max_threads_per_sm // threads)
+    blocks = resident_blocks(info, smem, regs, threads)
     if blocks == 0:
         return reject("no block of this size can be resident on one SM")
     inflight = blocks * (t.stages - 1) * stage

@@ -28,6 +28,7 @@ from ..planning.shared import (
     REF_HIDDEN,
     REF_SEQLEN,
     kernel_name,
+    resident_blocks,
     swizzle_chunks,
 )
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
@@ -92,14 +93,6 @@ def copies_per_thread(spec: AttentionSpec, tiling: MultistageTiling) -> int:
     return -(-(tile_bytes // CP_ASYNC_BYTES) // (tiling.num_warps * 32))
 
 
-def _blocks_per_sm(info: ArchInfo, tiling: MultistageTiling, smem: int, regs: int) -> int:
-    threads = tiling.num_warps * 32
-    by_smem = info.smem_per_sm // (smem + info.smem_reserved_per_block)
-    by_regs = info.regs_per_sm // (max(regs, 32) * threads)
-    by_threads = info.max_threads_per_sm // threads
-    return max(0, min(by_smem, by_regs, by_threads))
-
-
 def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: MultistageTiling, smem: int,
                   regs: int) -> CostEstimate:
     """Predicted time of one forward pass at the reference workload (batch x heads fill hidden 2048)."""
@@ -116,7 +109,7 @@ def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: MultistageTiling,
     if not tiling.q_in_regs:
         per_block += tiling.block_m * d * elem
     smem_read = heads * kv_blocks * per_block
-    blocks = _blocks_per_sm(info, tiling, smem, regs)
+    blocks = resident_blocks(info, smem, regs, tiling.num_warps * 32)
     warps = blocks * tiling.num_warps
     hiding = min(1.0, warps / WARPS_TO_HIDE_LATENCY)
     waves = -(-(m_blocks * heads) // max(1, blocks * info.num_sms_hint))

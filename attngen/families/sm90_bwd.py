@@ -4,7 +4,9 @@ reductions, after the preprocess kernel.
 One block owns 128 KV rows of one KV head: a producer warpgroup (TMA: K and V once, then Q and dO tiles
 through a ring of stages) and two consumer warpgroups (wgmma) of 64 KV rows each. dQ goes through shared
 memory to an fp32 accumulator with cp.reduce.async.bulk.tensor .add, so the rounding order of dQ varies
-from run to run: it serves non-deterministic specs only. Its template is attn_bwd_hopper.cu.j2 (the
+from run to run; for deterministic specs (HopperBwdTiling.ordered_dq) a semaphore per query tile admits the KV blocks'
+reductions one at a time in dispatch order (the hd192/256 split adds dQ from registers: non-deterministic only,
+sm90_bwd_split.py). Its template is attn_bwd_hopper.cu.j2 (the
 preprocess kernel from templates/common/bwd_preprocess.cuh.j2, as the mma.sync backward has it), its
 parameter blocks abi.BWD_PARAMS (preprocess) and abi.HOPPER_BWD_PARAMS (TMA maps first).
 """
@@ -38,21 +40,22 @@ from ..planning.shared import (
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
+from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 
 if TYPE_CHECKING:
     import torch
 
-#: The head dims it serves. Its dK and dV accumulators (head_dim fp32 registers per consumer thread
-#: together) leave room for the scores only up to 128. Measured on the H100 at 2k-16k: hd64 1.14-1.31x
-#: and hd128 1.17-1.37x FlashAttention-2, against 0.63-0.75x for the mma.sync kernels
-#: (benchmarks/results/h100/bwd_hopper/, NOTES.md).
+#: The head dims where each consumer warpgroup owns 64 KV rows and all of head_dim: its dK and dV accumulators
+#: (head_dim fp32 registers per consumer thread together) leave room for the scores only up to 128. Measured on
+#: the H100 at 2k-16k: hd64 1.14-1.31x and hd128 1.17-1.37x FlashAttention-2, against 0.63-0.75x for the
+#: mma.sync kernels (benchmarks/results/h100/bwd_hopper/, NOTES.md).
 HEAD_DIMS = (64, 128)
+#: The head dims the warpgroups split between them (HopperBwdTiling.split; sm90_bwd_split.py).
+SPLIT_HEAD_DIMS = (192, 256)
 #: Query rows per step: 64 at hd128 (registers: dK + dV take 128), 128 at hd64.
 BLOCK_M = {64: 128, 128: 64}
 BLOCK_N = 128
 STAGES = 2
-#: Consumer registers beside dK, dV, S^T and dP^T (calibrated with -Xptxas=-v like the forward's).
-REG_OVERHEAD = 40
 #: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
 #: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
 #: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its TMA
@@ -60,10 +63,21 @@ REG_OVERHEAD = 40
 #: (batch 4) measured 387 TFLOP/s, which this predicts; hd64 (339 measured) then predicts ~358, hd128 causal
 #: (343) ~382.
 STEP_OVERHEAD_CLK = 3200
+#: An ordered dQ (deterministic specs) against the default: each query tile's reductions wait for the KV blocks
+#: dispatched before this one, and for their own completion. Measured on the H100 at hd128 8k
+#: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal.
+ORDERED_DQ_SLOWDOWN = 1.08
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The dK/dV tiling of a head dim it serves; PlanError with the arithmetic when the budget cannot hold it."""
+    if spec.head_dim in SPLIT_HEAD_DIMS:
+        return split_tiling(spec, info)
+    return _rows_tiling(spec, info, spec.deterministic)
+
+
+def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> HopperBwdTiling:
+    """The tiling where each consumer warpgroup owns 64 KV rows and all of head_dim."""
     d, bn, st = spec.head_dim, BLOCK_N, STAGES
     bm = BLOCK_M[d]
     e = dtype_trait(spec.dtype).size
@@ -94,7 +108,7 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(spec, from_smem), smem_bytes=smem, smem=layout,
-                           regs_estimate=regs, schedule_words=words)
+                           regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq)
 
 
 def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCost:
@@ -109,7 +123,8 @@ def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCos
     t_exp = heads * n * n * density / (MUFU_PER_CLK * sms * clk)
     t_steps = steps / sms * STEP_OVERHEAD_CLK / clk
     t_mma = BWD_FLOPS_OVER_FWD * ref_forward_flops(spec) / (info.wgmma_flops_per_clk * sms * clk)
-    dkdv = (t_mma + t_exp + t_steps) / wave_efficiency(info, kv_blocks, 1)
+    ordered = ORDERED_DQ_SLOWDOWN if t.ordered_dq else 1.0
+    dkdv = (t_mma + t_exp + t_steps) / wave_efficiency(info, kv_blocks, 1) * ordered
     return backward_cost(spec, info, [("preprocess", preprocess_us(spec, info)), ("dkdv_wgmma", dkdv)],
                          info.wgmma_flops_per_clk)
 
@@ -124,14 +139,14 @@ def dq_before_dk(spec: AttentionSpec, dkv_from_smem: bool) -> bool:
 
 class Sm90Backward(BackwardFamily):
     name = "sm90_bwd"
-    path = "TMA + wgmma, dQ by TMA bulk reductions"
+    path = "TMA + wgmma, dQ by TMA bulk reductions (hd192/256: head_dim split, dQ by vector reductions)"
     template = "attn_bwd_hopper.cu.j2"
 
     def coverage(self) -> Coverage:
-        return Coverage(archs=("sm90",), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
+        return Coverage(archs=("sm90",), head_dims=HEAD_DIMS + SPLIT_HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
                         masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
                         pipelines=tuple(k.value for k in PipelineKind),
-                        notes="non-deterministic specs only (dQ's rounding order varies from run to run); the "
+                        notes="deterministic specs at hd64/128 only (their dQ reductions ordered by semaphores); the "
                               "spec's pipeline picks the forward's only")
 
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
@@ -139,44 +154,66 @@ class Sm90Backward(BackwardFamily):
             return why
         if arch_info(arch).wgmma_flops_per_clk == 0:
             return f"{arch.value} has no wgmma"
-        if spec.deterministic:
-            return "deterministic: the wgmma kernel adds dQ with TMA bulk reductions (rounding order varies)"
-        if spec.head_dim not in HEAD_DIMS:
-            return f"head_dim {spec.head_dim}: dK and dV do not fit the consumer registers beside the scores"
+        if spec.deterministic and spec.head_dim in SPLIT_HEAD_DIMS:
+            return (f"deterministic at head_dim {spec.head_dim}: the head-dim split adds dQ from registers (rounding "
+                    f"order varies)")
+        if spec.deterministic and schedule_words(spec):
+            # The ordered dQ's producer keeps 24 registers: 32 would leave the consumers 232 of the launch's pool,
+            # where hd128 unmasked spills 16 B; at 24 only a mask with holes, packed, spills (4 B).
+            return ("deterministic with a mask with holes: the ordered dQ's producer spills beside the live-tile "
+                    "bitmap's walk")
+        if spec.head_dim not in HEAD_DIMS + SPLIT_HEAD_DIMS:
+            return (f"head_dim {spec.head_dim}: not a multiple of 64 (the 128-byte TMA boxes), and dK and dV do not "
+                    f"fit the consumer registers beside the scores")
         return None
 
     # ---- planning ------------------------------------------------------------------------------
     def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None) -> HopperBwdPlan:
         t = tiling(spec, info)
-        reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} ({t.block_n} KV rows x {t.block_m} queries, "
-                  f"{t.stages} stages): measured 1.14-1.37x FlashAttention-2 on the H100, against 0.63-0.75x for "
-                  f"the mma.sync kernels")
+        if t.split:
+            reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} with head_dim split between the warpgroups "
+                      f"({t.block_n} KV rows x {t.block_m} queries, {t.stages} stages): five wgmma products per "
+                      f"tile pair against the mma.sync kernels' seven and their head-dim slices' recomputation")
+        else:
+            reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} ({t.block_n} KV rows x {t.block_m} queries, "
+                      f"{t.stages} stages): measured 1.14-1.37x FlashAttention-2 on the H100, against 0.63-0.75x for "
+                      f"the mma.sync kernels")
+        if t.ordered_dq:
+            reason += "; deterministic: dQ's reductions ordered by a semaphore per query tile"
         return HopperBwdPlan(spec=spec, arch=info.arch, family=self.name,
                              kernel_name=kernel_name(spec, info.arch, PipelineKind.multistage, "bwd"), dkdv_wgmma=t,
                              cost=plan_cost(spec, info, t), reason=reason)
 
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
         h = plan.dkdv_wgmma
-        return [f"wgmma dK/dV {h.block_n} KV rows ({h.block_n // 64} consumer warpgroups, setmaxnreg "
+        dq = split_line(h) if h.split else "dQ by TMA bulk reductions" + (
+            ", ordered by a semaphore per query tile (deterministic)" if h.ordered_dq else "")
+        return [f"wgmma dK/dV {h.block_n} KV rows ({h.consumer_wgs} consumer warpgroups, setmaxnreg "
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
-                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; dQ by TMA bulk reductions"]
+                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}"]
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: HopperBwdPlan) -> str:
         hb = plan.dkdv_wgmma
-        return (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
-                f"regs {hb.producer_regs}/{hb.consumer_regs}, dQ 64 queries x {hb.dq_cols} columns per warpgroup")
+        line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
+                f"regs {hb.producer_regs}/{hb.consumer_regs}, ")
+        ordered = ", ordered (deterministic)" if hb.ordered_dq else ""
+        return line + (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup{ordered}")
 
     def context(self, plan: HopperBwdPlan) -> dict[str, object]:
         from ..codegen.renderer import common_context
 
         hb = plan.dkdv_wgmma
         hopper, pre = (params_with_variant(f, plan.spec) for f in (HOPPER_BWD_PARAMS, BWD_PARAMS))
-        t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols,
-                                                      dtype_trait(plan.spec.dtype).mma_k)
-        return {**common_context(plan, self.plan_line(plan)), "hb": hb, "t_op": t_op, "acc_op": acc_op,
-                "acc_ss_op": acc_ss_op, "dq_op": dq_op, "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op),
-                "params": hopper, "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
+        k = dtype_trait(plan.spec.dtype).mma_k
+        if hb.split:
+            ops = split_ops(hb, k)
+        else:
+            t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k)
+            ops = {"t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op, "dq_op": dq_op,
+                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
+        return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
+                "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m}
 
     def launch(self, plan: HopperBwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
@@ -191,7 +228,8 @@ class Sm90Backward(BackwardFamily):
         q, k, v, dout = (x if tma.describable(x) else x.contiguous() for x in (q, k, v, dout))
         h = plan.dkdv_wgmma
         # D and the LSE padded per entry to whole query tiles: the producer bulk-copies a tile's row values.
-        b = rt.buffers(q, k, v, accumulate=True, entries=seqs.batch, pad_rows=h.block_m, dlse=dlse)
+        b = rt.buffers(q, k, v, accumulate=True, entries=seqs.batch, pad_rows=h.block_m, dlse=dlse,
+                       semaphores=h.ordered_dq)
         params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse, softmax_scale,
                                 args, seqs)
         # The wgmma kernel's block: the five tensor maps, then the same fields.

@@ -62,6 +62,16 @@ def _classify(mask: Any, names: dict[str, str]) -> str:
     return lang.emit_classify(mask, names, q=("q_lo", "q_hi"), kv=("kv_lo", "kv_hi"), indent=4)
 
 
+def score_grad_is_const(variant: Variant) -> bool:
+    """Whether the score mod's derivative is one constant (no score mod: 1): the backward's kScoreGradConst."""
+    if variant.score_mod is None:
+        return True
+    from .. import expr as lang
+
+    grad = variant.score_mod.derivative()
+    return not lang.free_names(grad) and not lang.tensors_used(grad)
+
+
 def _score_mod(variant: Variant, names: dict[str, str]) -> dict[str, Any]:
     trait = variant.score_mod
     if trait is None:
@@ -70,7 +80,7 @@ def _score_mod(variant: Variant, names: dict[str, str]) -> dict[str, Any]:
 
     tree = trait.parsed()
     grad = trait.derivative()
-    constant = not lang.free_names(grad) and not lang.tensors_used(grad)
+    constant = score_grad_is_const(variant)
     value = lang.evaluate(grad, {}) if constant else 1.0
     return {"score_mod": True, "score": lang.emit(tree, names), "score_grad": lang.emit(grad, names),
             "grad_const": constant, "grad_value": f"{float(value)!r}f"}

@@ -230,10 +230,24 @@ class DqTiling(_Frozen):
     regs_estimate: int
 
 
+class SplitRole(_Frozen):
+    """What one consumer warpgroup of a head-dim split owns (HopperBwdTiling.split): the dK and dV columns
+    [64 dkv_box0, 64 (dkv_box0 + dkv_boxes)) of all the block's KV rows, and the dQ columns [64 dq_box0,
+    64 (dq_box0 + dq_boxes)) of every query tile, one 64-column box per product."""
+
+    dkv_box0: int
+    dkv_boxes: int
+    dq_box0: int
+    dq_boxes: int
+
+
 class HopperBwdTiling(_Frozen):
-    """The sm90 dK/dV kernel, dQ added by TMA bulk reductions: a producer warpgroup (TMA) and
-    block_n / 64 consumer warpgroups (wgmma) that each own 64 KV rows; query tiles of block_m rows
-    stream through `stages`."""
+    """The sm90 dK/dV kernel: a producer warpgroup (TMA) and wgmma consumer warpgroups; query tiles of
+    block_m rows stream through `stages`. Without `split` each of block_n / 64 consumer warpgroups owns 64 KV
+    rows and all of head_dim, and dQ is added by TMA bulk reductions. With `split` (head dims whose dK and dV
+    do not fit one warpgroup's registers) the block owns 64 KV rows; the warpgroups split the query columns of
+    S^T and dP^T, share P^T and dS^T through shared memory, split head_dim between them for dK, dV and dQ as
+    `split` says, and add dQ from registers with vector reductions."""
 
     block_m: int
     block_n: int
@@ -255,10 +269,27 @@ class HopperBwdTiling(_Frozen):
     regs_estimate: int
     #: Words of the live-tile bitmap of a mask with holes (planning.shared.SCHEDULE_WORDS; 0: none).
     schedule_words: int = 0
+    #: One role per consumer warpgroup when head_dim is split between them; empty: 64 KV rows each.
+    split: tuple[SplitRole, ...] = ()
+    #: With `split`: warpgroup 0 computes all of S^T and P^T, warpgroup 1 all of dP^T and dS^T (P^T read back from
+    #: shared memory), each product 64 query columns wide, instead of each warpgroup half the columns of both.
+    split_by_product: bool = False
+    #: dQ's reductions ordered by per-tile semaphores (deterministic specs): each tile's parts are added in the
+    #: KV blocks' dispatch order, so dQ is bitwise reproducible.
+    ordered_dq: bool = False
+
+    @property
+    def consumer_wgs(self) -> int:
+        return len(self.split) or self.block_n // 64
+
+    @property
+    def s_cols(self) -> int:
+        """Query columns of each warpgroup's S^T and dP^T."""
+        return self.block_m // len(self.split) if self.split and not self.split_by_product else self.block_m
 
     @property
     def threads(self) -> int:
-        return 128 * (1 + self.block_n // 64)
+        return 128 * (1 + self.consumer_wgs)
 
 
 class BwdCost(_Frozen):

@@ -31,6 +31,14 @@ def ref_forward_flops(spec: AttentionSpec) -> float:
     return heads * 4 * REF_SEQLEN * REF_SEQLEN * spec.head_dim * mask_trait(spec).cost_density
 
 
+def resident_blocks(info: ArchInfo, smem: int, regs: int, threads: int) -> int:
+    """Blocks of one kernel resident per SM: the least of what shared memory (with the driver's reserve per block),
+    registers (at least 32 a thread: the allocation's floor) and threads allow."""
+    by_smem = info.smem_per_sm // (smem + info.smem_reserved_per_block)
+    by_regs = info.regs_per_sm // (max(regs, 32) * threads)
+    return max(0, min(by_smem, by_regs, info.max_threads_per_sm // threads))
+
+
 #: exp2 per clock per SM: the special-function (MUFU) units, 4 per SM sub-partition, 16 per SM on sm80 through sm90.
 #: The forward families charge one per score; the mma.sync kernels' softmax and the wgmma kernels' softmax both run on
 #: them (the FlashAttention-3 paper, section 3: 3.9 TFLOP/s of exp against 989 of matmul on the H100).
@@ -87,6 +95,10 @@ def kernel_name(spec: AttentionSpec, arch: Arch, pipeline: PipelineKind, directi
 
 def setmaxnreg_split(info: ArchInfo, consumer_wgs: int) -> tuple[int, int]:
     """(producer, consumer) registers per thread of a warp-specialized block: what the producer
-    warpgroup gives up is shared by the consumers, in multiples of 8, up to setmaxnreg's maximum."""
-    total = info.regs_per_sm - 128 * PRODUCER_REGS
+    warpgroup gives up (down to PRODUCER_REGS) is shared by the consumers, in multiples of 8, up to
+    setmaxnreg's maximum. The pool is what the launch allocated (the registers per thread a block of this many
+    threads gets, a multiple of 8, times its threads), not the whole register file: setmaxnreg.inc past the pool
+    waits forever (384 threads get 168 each, 64512 of 65536)."""
+    threads = 128 * (1 + consumer_wgs)
+    total = info.regs_per_sm // threads // 8 * 8 * threads - 128 * PRODUCER_REGS
     return PRODUCER_REGS, min(info.max_setmaxnreg, total // (128 * consumer_wgs) // 8 * 8)

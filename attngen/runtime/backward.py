@@ -126,6 +126,8 @@ class Buffers:
     pad_rows: int = 0
     rows_stride: int = 0
     dlse: Any = None
+    #: An ordered dQ's semaphores: (heads, rows_stride / pad_rows) int32 zeros, one per padded query tile.
+    dq_sem: Any = None
 
 
 def padded_rows(flat_rows: int, entries: int, tile: int) -> int:
@@ -135,9 +137,10 @@ def padded_rows(flat_rows: int, entries: int, tile: int) -> int:
 
 
 def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool, *, entries: int = 0,
-            pad_rows: int = 0, dlse: torch.Tensor | None = None) -> Buffers:
+            pad_rows: int = 0, dlse: torch.Tensor | None = None, semaphores: bool = False) -> Buffers:
     """The gradient buffers of one call: `entries` the batch's entries (packed or dense), `pad_rows` the query
-    tile of a family that wants its row values padded per entry (0: flash_attn's LSE layout)."""
+    tile of a family that wants its row values padded per entry (0: flash_attn's LSE layout), `semaphores` one
+    zeroed int32 per padded query tile for an ordered dQ (needs pad_rows)."""
     import torch
 
     batch, seqlen_q, heads, _ = q.shape
@@ -153,10 +156,14 @@ def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool,
         if accumulate else delta
     if dlse is not None:
         dlse = dlse.to(torch.float32).contiguous()
+    if semaphores and not pad_rows:
+        raise ValueError("an ordered dQ's semaphores are per padded query tile: pass pad_rows")
+    dq_sem = torch.zeros((heads, stride // pad_rows), dtype=torch.int32, device=q.device) if semaphores else None
     return Buffers(delta=delta, dq=torch.empty_like(q, memory_format=torch.contiguous_format),
                    dk=torch.empty_like(k, memory_format=torch.contiguous_format),
                    dv=torch.empty_like(v, memory_format=torch.contiguous_format), dq_accum=dq_accum,
-                   accumulate=accumulate, lse_log2=lse_log2, pad_rows=pad_rows, rows_stride=stride, dlse=dlse)
+                   accumulate=accumulate, lse_log2=lse_log2, pad_rows=pad_rows, rows_stride=stride, dlse=dlse,
+                   dq_sem=dq_sem)
 
 
 @cache
@@ -175,7 +182,8 @@ def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: to
         delta=b.delta.data_ptr(), dlse=b.dlse.data_ptr() if b.dlse is not None else 0,
         lse_log2=b.lse_log2.data_ptr() if b.lse_log2 is not None else 0, rows_stride=b.rows_stride,
         dq=b.dq.data_ptr(), dk=b.dk.data_ptr(), dv=b.dv.data_ptr(),
-        dq_accum=b.dq_accum.data_ptr(), seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2],
+        dq_accum=b.dq_accum.data_ptr(), dq_sem=b.dq_sem.data_ptr() if b.dq_sem is not None else 0,
+        seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2],
         kv_heads=k.shape[2], scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
     set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=b.dq, dk=b.dk, dv=b.dv)
     seqs.fill(params)

@@ -208,6 +208,32 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 // Waits until the bulk operations of this thread no longer read their shared-memory sources.
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 
+// Waits until the bulk operations of this thread have completed: their writes to global memory are performed.
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// Orders this thread's global-memory accesses through the generic proxy with those through the async proxy (TMA).
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+// ---- Semaphores in global memory (an ordered dQ) ----
+__device__ __forceinline__ int ld_acquire(const int* addr) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_add(int* addr, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" :: "l"(addr), "r"(v) : "memory");
+}
+
+// Spins until *sem reads `value`. A wait of more than ~2^26 polls (seconds) traps instead of hanging: the blocks a
+// semaphore waits for are lower in dispatch order, so a wait that long is a bug (ranks and walks that disagree).
+__device__ __forceinline__ void sem_wait_eq(const int* sem, int value) {
+  for (long long polls = 0; ld_acquire(sem) != value; ++polls) {
+    if (polls > (1ll << 26)) __trap();
+    __nanosleep(64);
+  }
+}
+
 // ---- Register reallocation between warpgroups (every thread of the warpgroup executes it) ----
 template <int N>
 __device__ __forceinline__ void regs_increase() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }

@@ -1,0 +1,134 @@
+"""The Hopper backward at head dims whose dK and dV do not fit one warpgroup's registers (192, 256): the consumer
+warpgroups split head_dim between them (HopperBwdTiling.split).
+
+A block owns 64 KV rows of one KV head and walks query tiles of 64 rows. Per step each of the two consumer
+warpgroups computes half the query columns of S^T = K Q^T and dP^T = V dO^T (64 x 32), turns them into its half of
+P^T and dS^T in shared memory, and once both halves are there adds P^T dO and dS^T Q to its dV and dK columns and
+computes its dQ columns (dS K, one 64-column box per product), which it adds to the fp32 accumulator from registers
+with vector reductions (red.global.add.v2.f32): no staging boxes, so two or three Q/dO stages fit beside K and V.
+The split balances the products: a dK/dV box costs two 64 x 64 x 64 products per step, a dQ box one.
+"""
+
+from __future__ import annotations
+
+from ..codegen.wgmma import M, WgmmaOp
+from ..errors import PlanError
+from ..features.dtype import dtype_trait
+from ..features.variant import variant_of
+from ..features.variant_cxx import score_grad_is_const
+from ..planning.archs import ArchInfo
+from ..planning.ir import HopperBwdTiling, SmemRegions, SplitRole
+from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
+from ..spec.model import AttentionSpec
+
+#: Consumer registers beside the accumulators and score tiles (pointers, loop state, the query window);
+#: calibrated with -Xptxas=-v on sm_90a for the unsplit kernel, which shares the loop.
+REG_OVERHEAD = 40
+#: KV rows per block and query rows per step: one wgmma M of KV rows (the warpgroups share them), and 64 queries
+#: so that P^T and dS^T are one 128-byte swizzle row each.
+SPLIT_BLOCK = 64
+#: Consumer warpgroups: two halves of the query columns (32 each, wgmma N = 32).
+SPLIT_WGS = 2
+#: The most Q/dO stages tried, deepest first: the rest of the shared memory after K and V.
+MAX_STAGES = 3
+#: Head-dim columns of a box: one 128-byte TMA box of bf16/fp16 and one dQ product.
+BOX = 64
+
+
+def split_roles(head_dim: int, wgs: int = SPLIT_WGS) -> tuple[SplitRole, ...]:
+    """The dK/dV boxes as even as they divide (the first warpgroups take the odd one), then the dQ boxes each to
+    the warpgroup with the least work so far (a dK/dV box is two products per step, a dQ box one), in order, so
+    that each warpgroup's boxes are contiguous."""
+    if head_dim % BOX:
+        raise PlanError(f"head_dim {head_dim}: the split needs whole {BOX}-column boxes")
+    boxes = head_dim // BOX
+    dkv = [boxes // wgs + (1 if i < boxes % wgs else 0) for i in range(wgs)]
+    work = [2 * n for n in dkv]
+    dq = [0] * wgs
+    for _ in range(boxes):
+        least = min(range(wgs), key=lambda w: (work[w], w))
+        dq[least] += 1
+        work[least] += 1
+    return tuple(SplitRole(dkv_box0=sum(dkv[:i]), dkv_boxes=dkv[i], dq_box0=sum(dq[:i]), dq_boxes=dq[i])
+                 for i in range(wgs))
+
+
+def role_registers(role: SplitRole, s_cols: int, by_product: bool = False) -> int:
+    """A warpgroup's registers per thread at its peak: dK and dV (64 rows x 64 columns fp32 each per box over 128
+    threads), then the larger of its score tiles (S^T and dP^T, 64 x s_cols each; by product one of them and the
+    row values) and two dQ boxes in flight (the next one issued before the last one's reductions), and
+    REG_OVERHEAD."""
+    per_box = BOX * M // 128
+    scores = (1 if by_product else 2) * M * s_cols // 128
+    dq = per_box * min(2, role.dq_boxes)
+    return 2 * per_box * role.dkv_boxes + max(scores, dq) + REG_OVERHEAD
+
+
+def split_layout(spec: AttentionSpec, stages: int) -> SmemRegions:
+    """K and V (64 rows each), the Q and dO stages, dS^T and P^T (64 x 64), no dQ staging, the stages' row values
+    (LSE in log2 units and D), the mbarriers, the live-tile bitmap of a mask with holes, the alignment slack."""
+    d, n = spec.head_dim, SPLIT_BLOCK
+    e = dtype_trait(spec.dtype).size
+    return SmemRegions.stack([
+        ("K", n * d * e), ("V", n * d * e), ("Q", stages * n * d * e), ("DO", stages * n * d * e), ("DS", n * n * e),
+        ("P", n * n * e), ("DQ", 0), ("Rows", stages * 2 * n * 4), ("Bar", 8 * (1 + 2 * stages)),
+        ("Schedule", 4 * schedule_words(spec)), ("Slack", ALIGN_SLACK)])
+
+
+def split_stages(spec: AttentionSpec, info: ArchInfo) -> tuple[int, SmemRegions]:
+    """The deepest Q/dO ring (MAX_STAGES down to 2) whose layout fits the block's shared memory."""
+    needs = []
+    for stages in range(MAX_STAGES, 1, -1):
+        layout = split_layout(spec, stages)
+        if layout.total_bytes <= info.smem_per_block:
+            return stages, layout
+        needs.append(f"{stages} stages {layout.total_bytes} B")
+    raise PlanError(f"head_dim {spec.head_dim}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B "
+                    f"per block")
+
+
+def by_product(spec: AttentionSpec) -> bool:
+    """Whether the warpgroups split S^T and dP^T by product (warpgroup 0 S^T and P^T, warpgroup 1 dP^T and dS^T, 64
+    query columns each) rather than by columns (32 of both each). By product, each product reads K or V once instead
+    of twice, and a 64-wide wgmma from shared memory is not bound by the operand reads as a 32-wide one is (per
+    k-step 4 KB in 32 clocks against 3 KB in 16: 128 against 192 B/clock, beyond the 128 shared memory serves). It
+    needs dS^T from P^T alone, so a score mod whose derivative varies per element (which needs the raw score where
+    dP^T is) splits by columns."""
+    return score_grad_is_const(variant_of(spec))
+
+
+def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
+    """The split tiling of head_dim; PlanError with the arithmetic when the budget cannot hold it."""
+    roles = split_roles(spec.head_dim)
+    product = by_product(spec)
+    s_cols = SPLIT_BLOCK if product else SPLIT_BLOCK // len(roles)
+    stages, layout = split_stages(spec, info)
+    producer_regs, consumer_regs = setmaxnreg_split(info, len(roles))
+    regs = max(role_registers(r, s_cols, product) for r in roles)
+    if regs > consumer_regs:
+        raise PlanError(f"head_dim {spec.head_dim}: the split needs ~{regs} registers per consumer thread; "
+                        f"{info.arch.value} gives {consumer_regs}")
+    return HopperBwdTiling(block_m=SPLIT_BLOCK, block_n=SPLIT_BLOCK, stages=stages, producer_regs=producer_regs,
+                           consumer_regs=consumer_regs, dq_cols=BOX, dq_col_step=0, dq_query_step=0,
+                           dkv_from_smem=True, smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
+                           schedule_words=schedule_words(spec), split=roles, split_by_product=product)
+
+
+def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
+    """The split kernel's wgmma instructions: S^T and dP^T (64 KV rows x s_cols queries, both K-major); dV and dK of
+    each box count a warpgroup owns (A = P^T or dS^T from shared memory, B MN-major); one dQ box (A = dS^T read
+    M-major, B = K MN-major)."""
+    t_op = WgmmaOp(t.s_cols, a_in_regs=False, trans_b=False, k=k)
+    acc_ops = tuple(WgmmaOp(BOX * n, a_in_regs=False, trans_b=True, k=k)
+                    for n in sorted({r.dkv_boxes for r in t.split}))
+    dq_op = WgmmaOp(BOX, a_in_regs=False, trans_b=True, trans_a=True, k=k)
+    return {"t_op": t_op, "split_acc_ops": acc_ops, "dq_op": dq_op, "wgmma_ops": (t_op, *acc_ops, dq_op)}
+
+
+def split_line(t: HopperBwdTiling) -> str:
+    """What each warpgroup owns, for plan_line and explain."""
+    parts = [f"wg{i}: dK/dV columns {BOX * r.dkv_box0}-{BOX * (r.dkv_box0 + r.dkv_boxes) - 1}, dQ "
+             + (f"columns {BOX * r.dq_box0}-{BOX * (r.dq_box0 + r.dq_boxes) - 1}" if r.dq_boxes else "none")
+             for i, r in enumerate(t.split)]
+    scores = ("S^T in wg0, dP^T in wg1" if t.split_by_product else f"S^T and dP^T {t.s_cols} query columns each")
+    return f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}, dQ added from registers"

@@ -1,0 +1,207 @@
+"""The Hopper backward at hd192/256: the consumer warpgroups split head_dim (families/sm90_bwd_split.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+
+import pytest
+
+from attngen.errors import PlanError
+from attngen.families.sm90_bwd_split import (
+    BOX,
+    role_registers,
+    split_layout,
+    split_roles,
+    split_stages,
+    split_tiling,
+)
+from attngen.planning.archs import arch_info
+from attngen.planning.ir import HopperBwdPlan
+from attngen.planning.planner_bwd import plan_bwd
+from attngen.spec.model import Arch, AttentionSpec
+
+build = importlib.import_module("attngen.toolchain.builder")
+H100 = arch_info(Arch.sm90)
+
+
+def _covered(starts_and_counts: list[tuple[int, int]]) -> list[int]:
+    return [b for start, n in starts_and_counts for b in range(start, start + n)]
+
+
+@pytest.mark.parametrize("head_dim", [128, 192, 256, 320])
+def test_split_roles_cover_every_box_once_and_balance_the_products(head_dim: int) -> None:
+    roles = split_roles(head_dim)
+    boxes = list(range(head_dim // BOX))
+    assert _covered([(r.dkv_box0, r.dkv_boxes) for r in roles]) == boxes
+    assert _covered([(r.dq_box0, r.dq_boxes) for r in roles]) == boxes
+    work = [2 * r.dkv_boxes + r.dq_boxes for r in roles]
+    assert max(work) - min(work) <= 1, work
+
+
+def test_split_roles_of_the_served_head_dims() -> None:
+    as_tuples = [[(r.dkv_box0, r.dkv_boxes, r.dq_box0, r.dq_boxes) for r in split_roles(d)] for d in (192, 256)]
+    assert as_tuples == [[(0, 2, 0, 1), (2, 1, 1, 2)], [(0, 2, 0, 2), (2, 2, 2, 2)]]
+    with pytest.raises(PlanError, match="head_dim 160: the split needs whole 64-column boxes"):
+        split_roles(160)
+
+
+@pytest.mark.parametrize(("head_dim", "stages"), [(192, 3), (256, 2)])
+def test_split_tiling_takes_the_deepest_ring_that_fits(head_dim: int, stages: int) -> None:
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
+    t = split_tiling(spec, H100)
+    assert (t.block_n, t.block_m, t.stages, t.consumer_wgs, t.threads, t.s_cols) == (64, 64, stages, 2, 384, 64)
+    assert t.split_by_product
+    assert t.smem_bytes <= H100.smem_per_block < split_layout(spec, stages + 1).total_bytes
+    assert t.smem.offset("Rows") == t.smem.offset("DQ"), "no dQ staging: it is added from registers"
+    assert t.regs_estimate == max(role_registers(r, 64, True) for r in t.split) <= t.consumer_regs == 240
+
+
+def test_a_score_mod_with_a_varying_derivative_splits_the_scores_by_columns() -> None:
+    """dS^T from P^T alone needs a constant derivative: softcap's varies, so each warpgroup computes 32 query
+    columns of both S^T and dP^T (and compiles to the 64x32 products, no spills)."""
+    from attngen.toolchain.sass import disassemble
+
+    spec = AttentionSpec(head_dim=256, dtype="bf16", mask="causal", score_mod={"softcap": 50.0})
+    t = split_tiling(spec, H100)
+    assert not t.split_by_product and t.s_cols == 32
+    alibi = AttentionSpec(head_dim=256, dtype="bf16", mask="causal", score_mod={"alibi": "standard"})
+    assert split_tiling(alibi, H100).split_by_product, "ALiBi's derivative is 1"
+    cubin = build.build_bwd(spec, "sm90")
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+    assert _hgmma_shapes(disassemble(cubin.data))["64x32x16"] == 2 * 2 * 256 // 16
+
+
+def test_split_stages_say_what_each_depth_needs() -> None:
+    spec = AttentionSpec(head_dim=256, dtype="bf16")
+    small = dataclasses.replace(H100, smem_per_block=150_000)
+    with pytest.raises(PlanError, match=r"head_dim 256: 3 stages \d+ B, 2 stages \d+ B; sm90 gives 150000 B"):
+        split_stages(spec, small)
+
+
+def test_the_planner_picks_the_split_at_hd192_and_hd256_only() -> None:
+    for d in (64, 128, 192, 256):
+        p = plan_bwd(AttentionSpec(head_dim=d, dtype="bf16", mask="causal"), Arch.sm90)
+        assert isinstance(p, HopperBwdPlan)
+        assert bool(p.dkdv_wgmma.split) == (d >= 192), d
+    p = plan_bwd(AttentionSpec(head_dim=256, dtype="bf16"), Arch.sm90)
+    assert "head_dim split" in p.reason
+
+
+def _hgmma_shapes(sass: str) -> dict[str, int]:
+    shapes: dict[str, int] = {}
+    for shape in re.findall(r"HGMMA\.(64x\d+x16)", sass):
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return shapes
+
+
+@pytest.mark.parametrize("head_dim", [192, 256])
+def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim: int) -> None:
+    """Per step: S^T and dP^T (head_dim / 16 k-steps of N = 64, one product per warpgroup), dV and dK (4 k-steps
+    per warpgroup at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 16 two-float reductions per dQ box
+    and thread; no TMA reduction, no local memory."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
+    cubin = build.build_bwd(spec, "sm90")
+    plan = cubin.source.plan
+    assert plan.family == "sm90_bwd" and plan.dkdv_wgmma.split
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+    sass = disassemble(cubin.data)
+    t = plan.dkdv_wgmma
+    assert t.split_by_product and t.s_cols == 64
+    want: dict[str, int] = {"64x64x16": 2 * head_dim // 16}   # S^T in one warpgroup, dP^T in the other
+    for r in plan.dkdv_wgmma.split:
+        want[f"64x{64 * r.dkv_boxes}x16"] = want.get(f"64x{64 * r.dkv_boxes}x16", 0) + 2 * 4
+    want["64x64x16"] = want.get("64x64x16", 0) + 4 * head_dim // 64
+    assert _hgmma_shapes(sass) == want
+    ops = opcodes(sass)
+    assert ops["REDG"] == 16 * head_dim // 64
+    assert ops["UTMAREDG"] == 0 and ops["LDL"] == ops["STL"] == 0 and ops["HMMA"] == 0
+    assert "red.global.add.v2.f32" in cubin.source.code and "SplitRole<1>" in cubin.source.code
+
+
+def test_deterministic_hd128_orders_its_dq_reductions() -> None:
+    """deterministic at hd64/128: the same wgmma kernel, its dQ reductions waiting on a semaphore per query tile
+    (the spin's NANOSLEEP, the release's and the passes' REDG beside the TMA reductions); the default has none."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    ordered = build.build_bwd(spec.model_copy(update={"deterministic": True}), "sm90")
+    default = build.build_bwd(spec, "sm90")
+    assert ordered.source.plan.dkdv_wgmma.ordered_dq and not default.source.plan.dkdv_wgmma.ordered_dq
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in ordered.resources)
+    o, d = (opcodes(disassemble(c.data)) for c in (ordered, default))
+    assert o["UTMAREDG"] == d["UTMAREDG"] > 0
+    assert o["NANOSLEEP"] > 0 and o["REDG"] > 0 and d["NANOSLEEP"] == d["REDG"] == 0
+    assert "constexpr bool kOrderedDq = true;" in ordered.source.code
+
+
+def test_ordered_dq_semaphores_are_one_zeroed_int_per_padded_query_tile() -> None:
+    torch = pytest.importorskip("torch")
+    from attngen.runtime.backward import buffers
+
+    q = torch.randn(3, 100, 4, 64)
+    k = v = torch.randn(3, 50, 2, 64)
+    b = buffers(q, k, v, accumulate=True, entries=3, pad_rows=64, semaphores=True)
+    assert b.dq_sem.dtype == torch.int32 and b.dq_sem.shape == (4, b.rows_stride // 64)
+    assert b.rows_stride % 64 == 0 and int(b.dq_sem.abs().sum()) == 0
+    assert buffers(q, k, v, accumulate=True, entries=3, pad_rows=64).dq_sem is None
+    with pytest.raises(ValueError, match="pass pad_rows"):
+        buffers(q, k, v, accumulate=True, semaphores=True)
+
+
+def _ordered_dq_completes(visits: list[list[bool]], descending: bool, ordered_passes: bool) -> bool:
+    """The ordered dQ's semaphore protocol on one (entry, head) with every KV block resident: block n has rank
+    blockIdx.x (descending: the last KV block first); its reducing warp adds to the tiles it visits in walk order,
+    each once the tile's semaphore reads its rank; its passing warp passes the tiles it does not visit (in its turn
+    when `ordered_passes`, else at once). True when every tile's semaphore reaches the number of blocks."""
+    blocks, tiles = len(visits), len(visits[0])
+    rank = [blocks - 1 - n if descending else n for n in range(blocks)]
+    sem = [0] * tiles
+    reduces = [[m for m in range(tiles) if visits[n][m]] for n in range(blocks)]
+    passes = [[m for m in range(tiles) if not visits[n][m]] for n in range(blocks)]
+    if not ordered_passes:
+        for n in range(blocks):
+            for m in passes[n]:
+                sem[m] += 1
+            passes[n] = []
+    progress = True
+    while progress:
+        progress = False
+        for n in range(blocks):
+            for queue in (reduces[n], passes[n]):   # each warp in its own order; a pass lane per tile
+                ready = [m for m in queue if sem[m] == rank[n]] if queue is passes[n] else queue[:1]
+                for m in ready:
+                    if sem[m] == rank[n]:
+                        sem[m] += 1
+                        queue.remove(m)
+                        progress = True
+    return all(s == blocks for s in sem)
+
+
+def _visits(visible, sq: int, sk: int, bm: int = 64, bn: int = 128) -> list[list[bool]]:
+    def tile(m: int, n: int) -> bool:
+        queries, keys = range(m * bm, min(sq, m * bm + bm)), range(n * bn, min(sk, n * bn + bn))
+        return any(visible(q, k) for q in queries for k in keys)
+
+    return [[tile(m, n) for m in range(-(-sq // bm))] for n in range(-(-sk // bn))]
+
+
+@pytest.mark.parametrize(("name", "visible", "descending"), [
+    ("causal", lambda q, k: k <= q, True),
+    ("none", lambda q, k: True, False),
+    ("window 300 left", lambda q, k: q - 300 <= k <= q, True),
+    ("window 200 left 100 right", lambda q, k: q - 200 <= k <= q + 100, True),
+    ("prefix-LM 256", lambda q, k: k < 256 or k <= q, False),
+    ("chunks of 512", lambda q, k: k // 512 == q // 512 and k <= q, False),
+    ("documents", lambda q, k: (q >= 300) == (k >= 300) and k <= q, False),
+])
+def test_ordered_dq_semaphores_never_deadlock(name: str, visible, descending: bool) -> None:  # type: ignore[no-untyped-def]
+    """Passes in their turn complete every tile under every mask kind; passes at once (the first design) leave a
+    window bounded on both sides, prefix-LM, chunks and documents waiting forever."""
+    visits = _visits(visible, 1024, 1024)
+    assert _ordered_dq_completes(visits, descending, ordered_passes=True), name
+    unordered = _ordered_dq_completes(visits, descending, ordered_passes=False)
+    assert unordered == (name in ("causal", "none")), name
