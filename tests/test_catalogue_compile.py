@@ -168,3 +168,21 @@ def test_deterministic_hopper_backward_of_the_catalogue_compiles_with_zero_spill
         assert cubin.source.plan.family == "sm90_bwd" and cubin.source.plan.dkdv_wgmma.ordered_dq, spec.name
         for res in cubin.resources:
             assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"{spec.name}: {res}"
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_hopper_forward_softmax_traits_compile_with_zero_spills(head_dim: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sm90 forward's softmax traits: conditional rescaling (on by default) and, where the ablation asks for it,
+    the polynomial exp2 on part of the score tiles: both reach the kernel and compile without spills."""
+    from attngen.families import sm90_fwd
+    from attngen.spec.model import AttentionSpec
+
+    monkeypatch.setattr(sm90_fwd, "EXP2_POLY_TILES", {head_dim: 4})
+    for mask in ("none", "causal"):
+        spec = AttentionSpec(name=f"poly_hd{head_dim}_{mask}", head_dim=head_dim, dtype="bf16", mask=mask)
+        cubin = attngen.build(spec, Arch.sm90)
+        code = cubin.source.code
+        assert "constexpr int kExp2PolyTiles = 4;" in code, spec.name
+        assert f"constexpr float kRescaleThreshold = {sm90_fwd.RESCALE_THRESHOLD}f;" in code, spec.name
+        for res in cubin.resources:
+            assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"{spec.name}: {res}"

@@ -209,3 +209,30 @@ def test_empty_sequences(kernels: dict) -> None:
     out, lse = kernel(q, k0, k0, return_lse=True)
     torch.cuda.synchronize()
     assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+
+
+@pytest.mark.parametrize("poly", [False, True], ids=["mufu", "poly"])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_softmax_rescaling_paths(head_dim: int, mask: str, poly: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scores whose row max grows along the keys, for the sm90 forward's conditional rescaling: heads 0-1 slowly (7
+    log2 units over the whole row: below the threshold, so the sums run unrescaled up to 2^7), heads 2-3 in jumps of
+    6 nats every 256 keys (past the threshold: the rescale runs). With the polynomial exp2 on part of the tiles too.
+    The growth rides on dimension 0: q[..., 0] = 1, k[..., 0] = sqrt(d) x the ramp."""
+    from attngen.families import sm90_fwd
+
+    if poly:
+        monkeypatch.setattr(sm90_fwd, "EXP2_POLY_TILES", {head_dim: 4})
+    spec = AttentionSpec(name=f"rescale_hd{head_dim}_{mask}_{'poly' if poly else 'mufu'}", head_dim=head_dim,
+                         dtype="bf16", mask=mask)
+    kernel = attngen.compile(spec)
+    seqlen = 1500
+    gen = torch.Generator(device="cuda").manual_seed(head_dim + 2 * poly + (mask == "causal"))
+    q, k, v = (torch.randn(1, seqlen, 4, head_dim, device="cuda", generator=gen) for _ in range(3))
+    pos = torch.arange(seqlen, device="cuda", dtype=torch.float32)
+    slow = 7 * 0.6931 * pos / seqlen
+    jumps = 6.0 * torch.div(pos, 256, rounding_mode="floor")
+    q[..., 0] = 1.0
+    k[:, :, :2, 0] = head_dim ** 0.5 * slow[:, None]
+    k[:, :, 2:, 0] = head_dim ** 0.5 * jumps[:, None]
+    _check(spec, kernel, *(t.to(torch.bfloat16) for t in (q, k, v)))

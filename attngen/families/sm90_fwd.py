@@ -122,6 +122,21 @@ def supports(spec: AttentionSpec, arch: Arch) -> str | None:
     return None
 
 
+#: Conditional rescaling: O and the running sum are rescaled only when a row's max grows by more than this many
+#: log2 units (FlashAttention-4's threshold: probabilities stay below 2^8, exact in fp32 and bf16's range).
+#: Measured on the H100 (results/h100/softmax_1): +5-10% at hd256, +1-3% at hd128, neutral at hd64.
+RESCALE_THRESHOLD = 8.0
+#: Score tiles (of block_n / 8) whose exp2 runs as a polynomial on the FMA pipe, per head dim. None by default: on
+#: the H100 a quarter of hd64's tiles on the polynomial measured 4-10% slower, half of them 10-20% slower
+#: (results/h100/softmax_1); softmax_device.sh still ablates {64: 4}.
+EXP2_POLY_TILES: dict[int, int] = {}
+
+
+def softmax_traits(spec: AttentionSpec) -> dict[str, float | int]:
+    """The consumers' softmax traits of `spec`'s plan (WarpRoles.rescale_threshold, exp2_poly_tiles)."""
+    return {"rescale_threshold": RESCALE_THRESHOLD, "exp2_poly_tiles": EXP2_POLY_TILES.get(spec.head_dim, 0)}
+
+
 def roles(info: ArchInfo, consumer_wgs: int, pingpong: bool, overlap: bool) -> WarpRoles:
     """The register split: what the producer gives up, shared by the consumers, in multiples of 8."""
     producer, consumer = setmaxnreg_split(info, consumer_wgs)
@@ -337,7 +352,8 @@ class Sm90Forward(ForwardFamily):
         return KernelPlan(spec=spec, arch=arch, family=self.name, pipeline=kind,
                           kernel_name=kernel_name(spec, arch, kind), tiling=t, threads=t.num_warps * 32,
                           smem_bytes=best.smem_bytes, smem=smem_layout(spec, t), regs_estimate=best.regs_estimate,
-                          min_blocks_per_sm=1, cost=best.cost, reason=reason, candidates=candidates, roles=split)
+                          min_blocks_per_sm=1, cost=best.cost, reason=reason, candidates=candidates,
+                          roles=split.model_copy(update=softmax_traits(spec)))
 
     def owns(self, tiling: Tiling) -> bool:
         return isinstance(tiling, WarpSpecializedTiling)

@@ -132,6 +132,10 @@ class WarpRoles(_Frozen):
     consumer_regs: int
     pingpong: bool
     intra_wg_overlap: bool
+    #: The consumers' softmax: rescale O only when a row's max grows by more than this many log2 units (0:
+    #: every block), and take the exp2 of this many 8-column score tiles from a polynomial on the FMA pipe.
+    rescale_threshold: float = 0.0
+    exp2_poly_tiles: int = 0
 
 
 class KernelPlan(_Frozen):

@@ -19,6 +19,8 @@ constexpr int kWarpMTiles = 1;                  // each consumer warp: 16 rows o
 constexpr int kStages = 2;
 constexpr bool kPingpong = true;
 constexpr bool kOverlap = true;
+constexpr float kRescaleThreshold = 8.0f;   // 0: rescale O on every block
+constexpr int kExp2PolyTiles = 0;   // score tiles whose exp2 runs on the FMA pipe
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
 constexpr int kSwizzleChunks = 8;               // the output staging tile's swizzle (smem.cuh)
@@ -93,6 +95,23 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// 2^x on the FMA and integer pipes instead of MUFU (which binds the softmax at small head dims): x = j + f with j
+// an integer (x - 0.5 rounded to nearest by adding 1.5 x 2^23, which leaves j in the low mantissa bits) and f in
+// [0, 1]; 2^f by a degree-3 polynomial with p(0) = 1 (coefficients fitted for the least maximum relative error
+// on [0, 1]: 8.6e-5, below bf16's rounding of P, 3.9e-3); j added to the exponent field by one shift-add
+// (the shift drops 1.5 x 2^23's bits). Exactly 0 at or below -127 (masked scores are -inf).
+__device__ __forceinline__ float poly_exp2(float x) {
+  constexpr float kRound = 12582912.f;
+  x = fmaxf(x, -127.f);
+  const float r = (x - 0.5f) + kRound;
+  const float f = x - (r - kRound);
+  float p = fmaf(0.07706641f, f, 0.2276457f);
+  p = fmaf(p, f, 0.69511662f);
+  p = fmaf(p, f, 1.f);
+  const float y = __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+  return x <= -127.f ? 0.f : y;
 }
 
 __device__ __forceinline__ float fast_log2(float x) {
@@ -1175,6 +1194,15 @@ constexpr int kDTiles = kHeadDim / 8;    // 8-column output tiles per row tile
 constexpr int kKSteps = kHeadDim / 16;   // k-steps of S = Q K^T
 constexpr int kPSteps = kBlockN / 16;    // k-steps of O += P V
 
+// The pipeline's softmax traits (the including template defines them): kRescaleThreshold > 0 rescales O only
+// when a row's max grows past its reference by more than that many log2 units; kExp2PolyTiles of the kNTiles
+// score tiles (spread evenly) take their exp2 from poly_exp2 instead of MUFU.
+static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 16.f, "probabilities up to 2^16 at most");
+static_assert(kExp2PolyTiles >= 0 && kExp2PolyTiles <= kNTiles, "poly tiles");
+__device__ __forceinline__ constexpr bool poly_tile(int n) {
+  return kExp2PolyTiles > 0 && (n * kExp2PolyTiles) % kNTiles < kExp2PolyTiles;
+}
+
 struct Frag {
   float o[kWarpMTiles][kDTiles][4];      // unnormalized output
   float s[kWarpMTiles][kNTiles][4];      // scores, then probabilities
@@ -1236,16 +1264,25 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
       }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      if constexpr (kRescaleThreshold > 0.f) {
+        // Conditional rescaling: the reference max stays unless the row's max passed it by more than the
+        // threshold (log2 units), so most blocks leave O and the sum as they are; probabilities up to
+        // 2^threshold are exact in fp32 and in P's dtype, and the output and LSE use the reference max.
+        const float ref = f.row_max[t][h];
+        if (ref != neg_inf() && (mx - ref) * unit <= kRescaleThreshold) mx = ref;
+      }
       // A row with nothing visible yet keeps max -inf; use 0 so exp2 gives 0, never NaN.
       const float max_scaled = (mx == neg_inf()) ? 0.f : mx * unit;
-      alpha[t][h] = fast_exp2(f.row_max[t][h] * unit - max_scaled);
+      // 1 exactly when the reference stays (the O rescale's skip tests for it).
+      alpha[t][h] = mx == f.row_max[t][h] ? 1.f : fast_exp2(f.row_max[t][h] * unit - max_scaled);
       f.row_max[t][h] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pr = fast_exp2(fmaf(f.s[t][n][2 * h + e], unit, -max_scaled));
+          const float x = fmaf(f.s[t][n][2 * h + e], unit, -max_scaled);
+          const float pr = poly_tile(n) ? poly_exp2(x) : fast_exp2(x);
           f.s[t][n][2 * h + e] = pr;
           sum += pr;
         }
@@ -1263,6 +1300,13 @@ __device__ __forceinline__ void softmax_scores(Frag& f, const V& var, float scal
 }
 
 __device__ __forceinline__ void rescale_o(Frag& f, const float (&alpha)[kWarpMTiles][2]) {
+  if constexpr (kRescaleThreshold > 0.f) {
+    // Skipped when no row of the warp moved its reference max (a warp-uniform branch).
+    bool same = true;
+#pragma unroll
+    for (int t = 0; t < kWarpMTiles; ++t) same = same && alpha[t][0] == 1.f && alpha[t][1] == 1.f;
+    if (__all_sync(0xffffffffu, same)) return;
+  }
 #pragma unroll
   for (int t = 0; t < kWarpMTiles; ++t)
 #pragma unroll
