@@ -51,6 +51,13 @@ FWD_PARAMS: tuple[Field, ...] = (
     Field("scale_log2", "float", _F32),
 )
 
+#: What a descaled (fp8) forward adds to FWD_PARAMS: fp32 descale factors as three planes q, k, v of
+#: (batch, kv_heads) values, `descale_stride` apart (runtime/descale.py builds them).
+DESCALE_FIELDS: tuple[Field, ...] = (
+    Field("descale", "const float*", _PTR),
+    Field("descale_stride", "long long", _I64),
+)
+
 #: The decode kernels' block (attngen/families/sm80_decode.py): the forward's, then a paged cache's block table
 #: (int32 rows of table_stride entries, null for a contiguous cache; K and V's batch stride is then the pool's
 #: block stride) and page size, the KV splits, the batch, and the splits' fp32 partial outputs and LSEs.

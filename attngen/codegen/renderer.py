@@ -9,7 +9,7 @@ from functools import lru_cache
 import jinja2
 
 from .. import __version__, families
-from ..features.dtype import dtype_trait
+from ..features.dtype import dtype_trait, out_trait
 from ..features.variant import variant_of
 from ..features.variant_cxx import variant_context
 from ..paths import templates_dir
@@ -72,6 +72,7 @@ def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
         "arch": plan.arch.value,
         "kernel_name": plan.kernel_name,
         "dtype": dtype_trait(spec.dtype),
+        "out_dtype": out_trait(dtype_trait(spec.dtype)),
         "head_dim": spec.head_dim,
         "variant": variant_context(variant_of(spec)),
         "varlen": spec.seqlens.value == "varlen",

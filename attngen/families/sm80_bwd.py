@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import BWD_PARAMS, layout, with_variant
 from ..errors import PlanError
-from ..features.dtype import DTYPES, dtype_trait
+from ..features.dtype import dtype_trait, with_backward
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
 from ..features.variant import params_with_variant
@@ -209,7 +209,7 @@ class Sm80Backward(BackwardFamily):
     template = "attn_bwd.cu.j2"
 
     def coverage(self) -> Coverage:
-        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
+        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=with_backward(),
                         masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
                         pipelines=tuple(k.value for k in PipelineKind),
                         notes="every arch (sm80 and later), deterministic or not (the spec's pipeline picks the "

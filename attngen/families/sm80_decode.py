@@ -20,7 +20,7 @@ from typing import Any
 
 from ..codegen.abi import DECODE_PARAMS, layout
 from ..errors import PlanError
-from ..features.dtype import DTYPES, dtype_trait
+from ..features.dtype import dtype_trait, with_backward
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
 from ..features.variant import params_with_variant, variant_of
@@ -109,7 +109,7 @@ class Sm80Decode(DecodeFamily):
     template = "attn_decode.cu.j2"
 
     def coverage(self) -> Coverage:
-        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
+        return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=with_backward(),
                         masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
                         pipelines=("splitkv",),
                         notes=f"KV-cache calls with at most {MAX_DECODE_QUERY} queries per entry; contiguous or "

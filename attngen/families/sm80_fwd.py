@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar
 
-from ..codegen.abi import FWD_PARAMS, layout, with_variant
+from ..codegen.abi import DESCALE_FIELDS, FWD_PARAMS, Field, layout, with_variant
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
@@ -129,12 +129,15 @@ def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: MultistageTiling,
 
 
 def enumerate_tilings(spec: AttentionSpec) -> list[MultistageTiling]:
-    """The multistage search space (search_space.MULTISTAGE) with the spec's stages, Q in registers or not."""
+    """The multistage search space (search_space.MULTISTAGE) with the spec's stages, Q in registers or not;
+    block_n a multiple of the MMA's k (32 keys per P V step for fp8)."""
     space = search_space.MULTISTAGE
     stages = (spec.pipeline.stages,) if spec.pipeline.stages else space.auto_stages
+    k = dtype_trait(spec.dtype).mma_k
     return [MultistageTiling(block_m=b.block_m, block_n=bn, num_warps=b.num_warps, warp_m_tiles=b.warp_m_tiles,
                              stages=st, q_in_regs=q_regs, refill_late=b.num_warps >= REFILL_LATE_WARPS)
-            for b, bn, st, q_regs in itertools.product(space.blocks, space.block_ns, stages, (True, False))]
+            for b, bn, st, q_regs in itertools.product(space.blocks, space.block_ns, stages, (True, False))
+            if bn % k == 0]
 
 
 def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: MultistageTiling) -> Candidate:
@@ -183,7 +186,15 @@ class Sm80Forward(ForwardFamily):
         return Coverage(archs=tuple(a.value for a in Arch), head_dims=HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
                         masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
                         pipelines=tuple(k.value for k in self.pipelines),
-                        notes="every arch (sm80 and later); `auto` where no family before it in FAMILIES serves")
+                        notes="every arch (sm80 and later; fp8_e4m3 on sm89 and sm120); `auto` where no family "
+                              "before it in FAMILIES serves")
+
+    def refuses(self, spec: AttentionSpec, arch: Arch) -> str | None:
+        trait = dtype_trait(spec.dtype)
+        if trait.mma_sync_archs is not None and arch.value not in trait.mma_sync_archs:
+            return (f"mma.sync runs {trait.name} natively on {', '.join(trait.mma_sync_archs)} only, not "
+                    f"{arch.value}")
+        return None
 
     # ---- planning ------------------------------------------------------------------------------
     def enumerate_tilings(self, spec: AttentionSpec, kind: PipelineKind) -> list[MultistageTiling]:
@@ -231,10 +242,16 @@ class Sm80Forward(ForwardFamily):
         from ..runtime.driver import launch
         from ..runtime.kernel import forward_params
 
-        params = forward_params(with_variant(FWD_PARAMS, args.fields), q, k, v, out, lse, softmax_scale, args, seqs)
+        fields = with_variant(base_fields(plan.spec), args.fields)
+        params = forward_params(fields, q, k, v, out, lse, softmax_scale, args, seqs)
         launch(fn, seqs.grid(plan.block_m), plan.threads, stream, params)
 
 
+def base_fields(spec: AttentionSpec) -> tuple[Field, ...]:
+    """The parameter block before the variant's fields: FWD_PARAMS, and the descale factors of a descaled dtype."""
+    return FWD_PARAMS + DESCALE_FIELDS if dtype_trait(spec.dtype).descaled else FWD_PARAMS
+
+
 def _params(plan: KernelPlan) -> dict[str, object]:
-    fields = params_with_variant(FWD_PARAMS, plan.spec)
+    fields = params_with_variant(base_fields(plan.spec), plan.spec)
     return {"params": fields, "params_layout": layout(fields)}

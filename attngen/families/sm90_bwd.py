@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout, with_variant
 from ..codegen.wgmma import backward_ops
 from ..errors import PlanError
-from ..features.dtype import DTYPES, dtype_trait
+from ..features.dtype import dtype_trait, with_backward
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
 from ..features.variant import params_with_variant
@@ -163,7 +163,7 @@ class Sm90Backward(BackwardFamily):
     template = "attn_bwd_hopper.cu.j2"
 
     def coverage(self) -> Coverage:
-        return Coverage(archs=("sm90",), head_dims=HEAD_DIMS + SPLIT_HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
+        return Coverage(archs=("sm90",), head_dims=HEAD_DIMS + SPLIT_HEAD_DIMS, dtypes=with_backward(),
                         masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
                         pipelines=tuple(k.value for k in PipelineKind),
                         notes="deterministic specs at hd64/128 only (their dQ reductions ordered by semaphores); the "

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from ..codegen.abi import HOPPER_FWD_PARAMS, layout, with_variant
 from ..codegen.wgmma import attention_ops
-from ..features.dtype import DTYPES, dtype_trait
+from ..features.dtype import dtype_trait, unscaled
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
 from ..features.variant import params_with_variant
@@ -296,7 +296,7 @@ class Sm90Forward(ForwardFamily):
     def coverage(self) -> Coverage:
         multiple = search_space.HOPPER_HEAD_DIM_MULTIPLE
         return Coverage(archs=search_space.HOPPER_ARCHS, head_dims=tuple(d for d in HEAD_DIMS if d % multiple == 0),
-                        dtypes=tuple(d.value for d in DTYPES), masks=tuple(m.value for m in MASKS),
+                        dtypes=unscaled(), masks=tuple(m.value for m in MASKS),
                         kv_layouts=tuple(KV_LAYOUTS), pipelines=tuple(k.value for k in self.pipelines),
                         notes=f"head dims that are multiples of {multiple}; `auto` takes the measured pipeline and "
                               f"tiles of the head dim (MEASURED_TILES)")

@@ -22,7 +22,7 @@ class DTypeTrait:
     storage: str
     #: PTX type of mma.sync / wgmma operands.
     mma: str
-    #: PTX instruction packing two f32 into one 32-bit register of two elements.
+    #: PTX instruction packing two f32 into one 32-bit register of two elements (16 bits for an 8-bit type).
     cvt_pack: str
     #: torch dtype name of the op's tensors (`getattr(torch, trait.torch)`).
     torch: str
@@ -32,15 +32,55 @@ class DTypeTrait:
     mma_k: int
     #: The CUtensorMapDataType member the TMA maps of this type's tiles are encoded with.
     tma: str
+    #: The spec dtype name of the output (and of the staged O tile): the type itself for 16-bit types, bf16 for
+    #: fp8 (FA3's fp8 forward returns bf16).
+    out: str = ""
+    #: Whether calls take fp32 descale factors q_descale, k_descale, v_descale (per-tensor scales of 8-bit inputs).
+    descaled: bool = False
+    #: Arches whose tensor cores run mma.sync on this type natively (None: every arch). fp8: sm89 and sm120 (QMMA).
+    #: ptxas for sm_90a and sm_100a emulates mma.sync e4m3 (F2FP to f16, two HMMA each; SASS checked with NVRTC
+    #: 13.5) and spills at hd256: those arches wait for the wgmma / tcgen05 fp8 paths.
+    mma_sync_archs: tuple[str, ...] | None = None
+    #: Row bytes a shared-memory tile must be a multiple of (the 64-byte swizzle group; hd96 fp8 rows are 96 B).
+    row_multiple: int = 0
+    #: Whether backward kernels exist for this type (the gradient and decode families serve only such types).
+    backward: bool = True
+
+    @property
+    def out_name(self) -> str:
+        """The output's spec dtype name (`out`, or the type itself)."""
+        return self.out or self.name
 
 
-#: The trait of each element type. TMA moves 16-bit tiles as UINT16: a copy does not convert.
+#: The trait of each element type. TMA moves 16-bit tiles as UINT16, 8-bit as UINT8: a copy does not convert.
 DTYPES: dict[DType, DTypeTrait] = {
     DType.fp16: DTypeTrait(name="fp16", storage="unsigned short", mma="f16", cvt_pack="cvt.rn.f16x2.f32",
                            torch="float16", size=2, mma_k=16, tma="CU_TENSOR_MAP_DATA_TYPE_UINT16"),
     DType.bf16: DTypeTrait(name="bf16", storage="unsigned short", mma="bf16", cvt_pack="cvt.rn.bf16x2.f32",
                            torch="bfloat16", size=2, mma_k=16, tma="CU_TENSOR_MAP_DATA_TYPE_UINT16"),
+    # mma.sync m16n8k32 e4m3 (sm89+); P is packed to e4m3 (saturating) for P V; the output is bf16.
+    DType.fp8_e4m3: DTypeTrait(name="fp8_e4m3", storage="unsigned char", mma="e4m3",
+                               cvt_pack="cvt.rn.satfinite.e4m3x2.f32",
+                               torch="float8_e4m3fn", size=1, mma_k=32, tma="CU_TENSOR_MAP_DATA_TYPE_UINT8",
+                               out="bf16", descaled=True, mma_sync_archs=("sm89", "sm120"), backward=False,
+                               row_multiple=64),
 }
+
+
+def out_trait(trait: DTypeTrait) -> DTypeTrait:
+    """The trait of `trait`'s output type."""
+    return next(t for t in DTYPES.values() if t.name == trait.out_name)
+
+
+def with_backward() -> tuple[str, ...]:
+    """Spec names of the element types that have backward (and decode) kernels: what those families serve."""
+    return tuple(d.value for d, t in DTYPES.items() if t.backward)
+
+
+def unscaled() -> tuple[str, ...]:
+    """Spec names of the element types whose calls take no descale factors (the 16-bit ones): what families
+    without a descale path serve."""
+    return tuple(d.value for d, t in DTYPES.items() if not t.descaled)
 
 
 def dtype_trait(dtype: DType) -> DTypeTrait:

@@ -9,12 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from .. import env
 from ..codegen.abi import set_strides, struct_of
+from ..features.dtype import dtype_trait
 from ..features.variant import variant_of
 from ..spec.model import Arch, AttentionSpec, SeqlensKind
 from ..toolchain.artifacts import Cubin
 from . import op
 from . import variant_args as variant_args_mod
 from .checks import check_tensor, softmax_scale_of
+from .descale import NAMES as DESCALE_NAMES
+from .descale import pack_descales
 from .device import current_arch
 from .seqlens import Seqlens, check_packed
 from .variant_args import KernelVariant, VariantArgs
@@ -73,6 +76,13 @@ class AttentionKernel:
         cu_seqlens_q / cu_seqlens_k of batch + 1 cumulative lengths and the longest lengths max_seqlen_q /
         max_seqlen_k; every mask and score mod applies per sequence; LSE (heads, total_q)."""
         packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+        descales = {n: variant_args.pop(n) for n in DESCALE_NAMES if n in variant_args}
+        if descales and not dtype_trait(self.spec.dtype).descaled:
+            raise ValueError(f"{', '.join(descales)}: descale factors apply to fp8 specs only; spec "
+                             f"'{self.spec.name}' is {self.spec.dtype.value}")
+        if packed and dtype_trait(self.spec.dtype).descaled:
+            raise ValueError(f"cu_seqlens_q / cu_seqlens_k: spec '{self.spec.name}' ({self.spec.dtype.value}) has no "
+                             f"packed (varlen) kernel; pass dense (batch, seqlen, heads, head_dim) tensors")
         scale = self._check(q, k, v, softmax_scale, packed)
         seqs = None
         sizes = None
@@ -86,6 +96,8 @@ class AttentionKernel:
         extras, scalars = variant_args_mod.validate(self.variant.arguments, q, k, variant_args, self.spec.name,
                                                     sizes)
         key = self.varlen_kernel().key if packed else self.key
+        if dtype_trait(self.spec.dtype).descaled:
+            extras = [*extras, pack_descales(q, k, descales)]  # the launcher takes it back off (the last extra)
         out, lse = op.attention_fwd(q, k, v, scale, key, extras, scalars, seqs)
         return (out, lse) if return_lse else out
 
@@ -216,7 +228,11 @@ class AttentionKernel:
         fn = self._function(q.device.index or 0, arch)
         stream = torch.cuda.current_stream(q.device).cuda_stream
         # The family builds its parameter block and grid, and launches.
+        descale = None
+        if dtype_trait(self.spec.dtype).descaled:
+            *extras, descale = extras
         args = variant_args_mod.prepare(self.variant, q, extras, scalars, seqs.batch)
+        args.descale = descale
         forward_family(plan.family).launch(plan, fn, stream, q, k, v, out, lse, softmax_scale, args, seqs)
 
 

@@ -76,7 +76,7 @@ def _fwd_impl(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str, extras:
     q, k, v = (_usable(t) for t in (q, k, v))
     info = _seqlens(q, k, seqs)
     fill = math.nan if env.poison_outputs() else None
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = torch.empty_like(q, dtype=out_dtype(q), memory_format=torch.contiguous_format)
     lse = torch.empty(info.lse_shape(), dtype=torch.float32, device=q.device)
     if fill is not None:
         out.fill_(fill)
@@ -105,8 +105,17 @@ def _fwd_fake(q: Any, k: Any, v: Any, softmax_scale: float, kernel: str, extras:
               scalars: list[float], seqs: Sequences) -> Any:
     import torch
 
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = torch.empty_like(q, dtype=out_dtype(q), memory_format=torch.contiguous_format)
     return out, q.new_empty(_lse_shape(q, seqs), dtype=torch.float32)
+
+
+def out_dtype(q: Any) -> Any:
+    """The output's torch dtype for inputs like q (bf16 for fp8, else q's)."""
+    import torch
+
+    from ..features.dtype import out_trait, trait_of_torch
+
+    return getattr(torch, out_trait(trait_of_torch(q.dtype)).torch)
 
 
 def _bwd_impl(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, dlse: Any, softmax_scale: float,

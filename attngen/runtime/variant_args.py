@@ -44,9 +44,14 @@ class VariantArgs:
     scalars: dict[str, float | int] = field(default_factory=dict)
     summaries: dict[str, Any] = field(default_factory=dict)
     batch: int = 0
+    #: A descaled (fp8) call's (3, batch, kv_heads) fp32 descale planes (runtime.descale), else None.
+    descale: Any = None
 
     def fill(self, params: Any) -> None:
-        """Write the `var_*` fields of a parameter block whose struct has them."""
+        """Write the `var_*` fields of a parameter block whose struct has them (and the descale planes)."""
+        if self.descale is not None:
+            params.descale = self.descale.data_ptr()
+            params.descale_stride = self.descale.stride(0)
         if hasattr(params, "var_batch"):
             params.var_batch = self.batch
         for name, t in self.tensors.items():

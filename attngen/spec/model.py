@@ -31,6 +31,8 @@ templates take any multiple of 32 up to 256 (the swizzle atom); others join once
 class DType(str, Enum):
     fp16 = "fp16"
     bf16 = "bf16"
+    #: 8-bit e4m3 q, k and v with fp32 descale factors, a bf16 output: forward only, mma.sync on sm89 and later.
+    fp8_e4m3 = "fp8_e4m3"
 
 
 class SeqlensKind(str, Enum):
@@ -216,6 +218,15 @@ class AttentionSpec(_Frozen):
                 raise ValueError(f"pipeline '{kind.value}' runs on {', '.join(HOPPER_ARCHS)} only (wgmma and TMA "
                                  f"of sm_90a); arch lists {', '.join(others)}. Use pipeline 'auto' or 'multistage' "
                                  f"for those, or a separate spec per arch")
+        return self
+
+    @model_validator(mode="after")
+    def _dtype_serves_the_spec(self) -> AttentionSpec:
+        from .dtype_rules import dtype_refusal
+
+        why = dtype_refusal(self)
+        if why:
+            raise ValueError(why)
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,53 @@
+"""GPU tests of the fp8 forward (sm89 / sm120: native mma.sync e4m3) against float64: outliers, descale factors other
+than 1, GQA, causal, head dims 64/128/256, outputs poisoned with NaN (ATTNGEN_POISON=1). Skipped without such a GPU.
+
+Tolerance: FA3 reports fp8 forward RMSE against float64 of ~9e-3 on inputs with outliers (standard normal, 0.1% x10)
+with per-tensor scales; ours quantizes per (batch, kv head) and also rounds P to e4m3 (3 mantissa bits: relative
+error up to 2^-4 per probability, averaging out over the keys), so the bound is 3e-2: well above FA3's level, far
+below the error of a wrong layout (an unpermuted P or V gives RMSE ~ the output's own scale, ~0.1-1)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.fp8_reference import fp8_reference, quantize, rmse, with_outliers  # noqa: E402
+
+RMSE_BOUND = 3e-2
+
+
+def _native_fp8_gpu() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() in ((8, 9), (12, 0))
+
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not _native_fp8_gpu(), reason="needs an sm89 or sm120 GPU (native mma.sync e4m3)")]
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (8, 2)])
+def test_fp8_forward_matches_float64(head_dim: int, mask: str, heads: int, kv_heads: int,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import attngen
+    from attngen.spec.model import AttentionSpec
+
+    monkeypatch.setenv("ATTNGEN_POISON", "1")
+    kernel = attngen.compile(AttentionSpec(head_dim=head_dim, dtype="fp8_e4m3", mask=mask))
+    g = torch.Generator(device="cuda").manual_seed(head_dim + heads)
+    b, sq, sk = 2, 300, 517
+    # q quantized per (batch, kv head) group, as FA3's q_descale of shape (batch, kv_heads) reads it.
+    xq = with_outliers((b, sq, heads, head_dim), generator=g)
+    q, qs = quantize(xq.reshape(b, sq, kv_heads, -1))
+    q = q.reshape(b, sq, heads, head_dim)
+    k, ks = quantize(with_outliers((b, sk, kv_heads, head_dim), generator=g))
+    v, vs = quantize(with_outliers((b, sk, kv_heads, head_dim), generator=g))
+    out, lse = kernel(q, k, v, q_descale=qs, k_descale=ks, v_descale=vs * 2.0, return_lse=True)
+    assert out.dtype == torch.bfloat16 and not torch.isnan(out).any()
+    ref, ref_lse = fp8_reference(q, k, v, qs, ks, vs * 2.0, -1, 0 if mask == "causal" else -1)
+    err = rmse(out, ref)
+    assert err < RMSE_BOUND * float(ref.abs().mean() + 1), f"RMSE {err:.3e}"
+    assert os.environ["ATTNGEN_POISON"] == "1"
