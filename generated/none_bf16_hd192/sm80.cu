@@ -5,6 +5,7 @@
 
 namespace attngen {
 typedef unsigned short elem_t;  // storage of bf16
+typedef unsigned short out_t;  // storage of the output (bf16)
 constexpr int kElemBytes = sizeof(elem_t);
 
 // ---- Values the planner computed -------------------------------------------------------------
@@ -25,7 +26,7 @@ constexpr int kSmemKV = 49152;
 constexpr int kStageBytes = 49152;
 constexpr int kKTileBytes = 24576;
 static_assert(kBlockM == 16 * kWarpMTiles * kWarps, "block_m must be 16 x warp tiles x warps");
-static_assert(kHeadDim % (8 * kSwizzleChunks) == 0, "head_dim must fill whole swizzle groups");
+static_assert(kDChunks % kSwizzleChunks == 0, "head_dim must fill whole swizzle groups");
 static_assert(kBlockN % 16 == 0, "block_n must be a multiple of 16");
 static_assert(kSmemKV + kStages * kStageBytes == 147456, "planner and template disagree on shared memory");
 }  // namespace attngen
@@ -60,15 +61,19 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
-// D = A (16x16, row) * B (16x8, col) + D with fp32 accumulators.
-__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+// D = A (16 x k, row) * B (k x 8, col) + D with fp32 accumulators, k = 16 (bf16): four
+// 32-bit A registers and two B registers whatever the element width (8-bit types pack four per register).
+__device__ __forceinline__ void mma_elem(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two floats to one register of two 16-bit values; `lo` lands in the low half (lower column).
+// The 16-bit kernels' name of mma_elem (m16n8k16).
+__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) { mma_elem(d, a, b0, b1); }
+
+// Two floats to one register of two 16-bit bf16 values (the output's type); `lo` lands in the low half.
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
   u32 r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
@@ -115,6 +120,7 @@ __device__ __forceinline__ void unpack2(u32 v, float& lo, float& hi) {
 __device__ __forceinline__ void store_u32(void* ptr, u32 value) { *reinterpret_cast<u32*>(ptr) = value; }
 
 struct alignas(16) Chunk { u32 x, y, z, w; };
+struct alignas(8) Pair { u32 x, y; };
 
 }  // namespace attngen
 
@@ -968,8 +974,9 @@ constexpr int kExp2PolyTiles = 0;
 // also each warp's quarter of a wgmma m64nN accumulator. Row statistics reduce over a lane quad.
 constexpr int kNTiles = kBlockN / 8;     // 8-column score tiles per row tile
 constexpr int kDTiles = kHeadDim / 8;    // 8-column output tiles per row tile
-constexpr int kKSteps = kHeadDim / 16;   // k-steps of S = Q K^T
-constexpr int kPSteps = kBlockN / 16;    // k-steps of O += P V
+constexpr int kMmaK = 16;  // k of one MMA instruction on bf16
+constexpr int kKSteps = kHeadDim / kMmaK;   // k-steps of S = Q K^T
+constexpr int kPSteps = kBlockN / kMmaK;    // k-steps of O += P V
 
 // The pipeline's softmax traits (the including template defines them): kRescaleThreshold > 0 rescales O only
 // when a row's max grows past its reference by more than that many log2 units; kExp2PolyTiles of the kNTiles
@@ -1117,12 +1124,16 @@ __device__ __forceinline__ void init_frag(Frag& f) {
 
 // Normalizes, stages the output through this warp's rows of the Q tile, writes O with 16-byte
 // stores and the natural-log LSE (-inf for rows that saw no key). A sink joins each row's denominator.
+// `scale_log2` is the kernel's (descale factors folded in), `o_scale` multiplies the output (V's descale factor for 8-bit inputs, else 1). 8-bit inputs: the Q tile is too
+// small for the 16-bit output, and the P V product leaves each lane 4 consecutive columns (gemm_pv's
+// permutation), so rows go straight to global memory, 8 bytes per lane (4 lanes fill a 32-byte sector).
 template <class V>
-__device__ __forceinline__ void write_output(Frag& f, const V& var, const Params& p, elem_t* q_tile, elem_t* o_base,
-                                             float* lse_row, int warp_row0, int row_limit) {
+__device__ __forceinline__ void write_output(Frag& f, const V& var, const Params& p, elem_t* q_tile, out_t* o_base,
+                                             float* lse_row, int warp_row0, int row_limit, float scale_log2,
+                                             float o_scale) {
   const int lane = threadIdx.x % 32;
   constexpr float kLn2 = 0.6931471805599453f;
-  const float unit = score_unit<V>(p.scale_log2);
+  const float unit = score_unit<V>(scale_log2);
 #pragma unroll
   for (int t = 0; t < kWarpMTiles; ++t) {
 #pragma unroll
@@ -1143,10 +1154,24 @@ __device__ __forceinline__ void write_output(Frag& f, const V& var, const Params
           sum = sum * keep + fast_exp2(sink2 - top);
         }
       }
-      const float inv = sum > 0.f ? keep / sum : 0.f;
+      const float inv = sum > 0.f ? keep / sum * o_scale : 0.f;
       const int row = warp_row0 + t * 16 + lane / 4 + h * 8;
       if (lane % 4 == 0 && row < row_limit) {
         lse_row[row] = sum > 0.f ? (top + fast_log2(sum)) * kLn2 : neg_inf();
+      }
+      if constexpr (kElemBytes == 1) {
+        if (row < row_limit) {
+#pragma unroll
+          for (int c = 0; c < kDTiles / 2; ++c) {
+            const float* ev = f.o[t][2 * c];      // columns 16 c + 4 (lane % 4) + {0, 2}
+            const float* od = f.o[t][2 * c + 1];  // columns 16 c + 4 (lane % 4) + {1, 3}
+            Pair w;
+            w.x = pack2(ev[2 * h] * inv, od[2 * h] * inv);
+            w.y = pack2(ev[2 * h + 1] * inv, od[2 * h + 1] * inv);
+            *reinterpret_cast<Pair*>(o_base + (i64)row * p.o_row_stride + 16 * c + 4 * (lane % 4)) = w;
+          }
+        }
+        continue;
       }
 #pragma unroll
       for (int d = 0; d < kDTiles; ++d) {
@@ -1156,6 +1181,7 @@ __device__ __forceinline__ void write_output(Frag& f, const V& var, const Params
       }
     }
   }
+  if constexpr (kElemBytes == 1) return;
   __syncwarp();
   constexpr int kWarpRows = 16 * kWarpMTiles;
 #pragma unroll
@@ -1222,15 +1248,15 @@ __device__ __forceinline__ void gemm_qk(Frag& f, const QFrags& qf, u32 q_tile, u
       ldmatrix_x4(b, k_tile + ldm_offset<kBlockN>(m.k, nn * 16, kk * 2));
 #pragma unroll
       for (int t = 0; t < kWarpMTiles; ++t) {
-        mma_16816(f.s[t][2 * nn], a[t], b[0], b[1]);
-        mma_16816(f.s[t][2 * nn + 1], a[t], b[2], b[3]);
+        mma_elem(f.s[t][2 * nn], a[t], b[0], b[1]);
+        mma_elem(f.s[t][2 * nn + 1], a[t], b[2], b[3]);
       }
     }
   }
 }
 
-// O += P V for this warp's rows against one V tile (P from the score registers).
-__device__ __forceinline__ void gemm_pv(Frag& f, u32 v_tile, const LdmPlan& m) {
+// O += P V for this warp's rows against one V tile (P from the score registers), 16-bit elements.
+__device__ __forceinline__ void gemm_pv16(Frag& f, u32 v_tile, const LdmPlan& m) {
 #pragma unroll
   for (int kk = 0; kk < kPSteps; ++kk) {
     u32 a[kWarpMTiles][4];
@@ -1247,12 +1273,13 @@ __device__ __forceinline__ void gemm_pv(Frag& f, u32 v_tile, const LdmPlan& m) {
       ldmatrix_x4_trans(b, v_tile + ldm_offset<kBlockN>(m.v, kk * 16, dd * 2));
 #pragma unroll
       for (int t = 0; t < kWarpMTiles; ++t) {
-        mma_16816(f.o[t][2 * dd], a[t], b[0], b[1]);
-        mma_16816(f.o[t][2 * dd + 1], a[t], b[2], b[3]);
+        mma_elem(f.o[t][2 * dd], a[t], b[0], b[1]);
+        mma_elem(f.o[t][2 * dd + 1], a[t], b[2], b[3]);
       }
     }
   }
 }
+
 
 __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) {
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query blocks of a causal mask first
@@ -1276,6 +1303,8 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
 
   Frag f;
   init_frag(f);
+  float scale_log2 = p.scale_log2;
+  float o_scale = 1.f;
 
   const Variant<Params> var(p, batch, head, seq);
   const BlockRange range = var.kv_blocks<kBlockM, kBlockN>(m_block);
@@ -1329,19 +1358,19 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
     gemm_qk(f, qf, q_addr, k_addr, ldm);
     if constexpr (kRefillLate) refill();
     if (walk.needs_mask()) {
-      softmax_step<true>(f, var, p.scale_log2, row0 + warp_row0, n_block * kBlockN);
+      softmax_step<true>(f, var, scale_log2, row0 + warp_row0, n_block * kBlockN);
     } else {
-      softmax_step<false>(f, var, p.scale_log2, row0 + warp_row0, n_block * kBlockN);
+      softmax_step<false>(f, var, scale_log2, row0 + warp_row0, n_block * kBlockN);
     }
-    gemm_pv(f, k_addr + kKTileBytes, ldm);
+    gemm_pv16(f, k_addr + kKTileBytes, ldm);
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done reading Q and K/V before Q's rows stage the output
   // Output pointers only now, so they hold no registers across the loop.
-  elem_t* o_base = static_cast<elem_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride
+  out_t* o_base = static_cast<out_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride
                    + (i64)(seq.q0 + row0) * p.o_row_stride;
   float* lse_row = p.lse + lse_offset(p, batch, head, seq) + row0;
-  write_output(f, var, p, q_tile, o_base, lse_row, warp_row0, row_limit);
+  write_output(f, var, p, q_tile, o_base, lse_row, warp_row0, row_limit, scale_log2, o_scale);
 }
 
 }  // namespace attngen
