@@ -82,6 +82,12 @@ STEP_OVERHEAD_CLK = 3200
 #: dispatched before this one, and for their own completion. Measured on the H100 at hd128 8k
 #: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal.
 ORDERED_DQ_SLOWDOWN = 1.08
+#: The L2 traffic of the dK/dV kernel's steps that the H100 sustains, in GB/s: each step reads its query tile's Q
+#: and dO (TMA) and adds block_m x head_dim fp32 of dQ into L2 (reductions). Profiled at hd256 8k
+#: (results/h100/softmax_rows_1/ncu_bwd_hd256): 33.4 GB of loads and reductions in 10.4 ms with L2 throughput at
+#: 84.8%, so ~3200 GB/s bounds that plan, where the compute terms predicted 6.8 ms. hd64/128 move half the bytes
+#: per FLOP (128 KV rows per block) and stay below it (hd128 8k: 17.2 GB in 5.6 ms).
+STEP_L2_GBPS = 3200
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
@@ -128,20 +134,34 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red)
 
 
-def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCost:
-    """The preprocess, then the dK/dV kernel at the reference workload: the useful FLOPs at the wgmma rate, the
-    exps of the recomputed P and STEP_OVERHEAD_CLK per step, run one after the other (the model grants no
-    overlap), times the share of tiles the mask keeps, over the waves of one block per SM."""
+def step_l2_bytes(spec: AttentionSpec, t: HopperBwdTiling) -> int:
+    """The bytes one step moves through L2: its query tile's Q and dO and their LSE and D rows read, its block_m x
+    head_dim fp32 of dQ reduced."""
+    e = dtype_trait(spec.dtype).size
+    return t.block_m * (2 * spec.head_dim * e + 2 * 4 + spec.head_dim * 4)
+
+
+def dkdv_terms(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> tuple[float, float]:
+    """The dK/dV kernel's two bounds at the reference workload (us, before waves and ordering): its compute (the
+    useful FLOPs at the wgmma rate, the exps of the recomputed P and STEP_OVERHEAD_CLK per step, one after the
+    other: the model grants no overlap) and its steps' L2 traffic at STEP_L2_GBPS; both times the share of tiles
+    the mask keeps."""
     n, heads = REF_SEQLEN, REF_HIDDEN // spec.head_dim
     density = mask_trait(spec).cost_density
     sms, clk = info.num_sms_hint, info.clock_ghz * 1e3
-    kv_blocks = -(-n // t.block_n) * heads
-    steps = kv_blocks * -(-n // t.block_m) * density
+    steps = -(-n // t.block_n) * heads * -(-n // t.block_m) * density
     t_exp = heads * n * n * density / (MUFU_PER_CLK * sms * clk)
     t_steps = steps / sms * STEP_OVERHEAD_CLK / clk
     t_mma = BWD_FLOPS_OVER_FWD * ref_forward_flops(spec) / (info.wgmma_flops_per_clk * sms * clk)
+    return t_mma + t_exp + t_steps, steps * step_l2_bytes(spec, t) / (STEP_L2_GBPS * 1e3)
+
+
+def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCost:
+    """The preprocess, then the dK/dV kernel at the reference workload: the longer of dkdv_terms' bounds over the
+    waves of one block per SM, ORDERED_DQ_SLOWDOWN for deterministic plans."""
+    kv_blocks = -(-REF_SEQLEN // t.block_n) * (REF_HIDDEN // spec.head_dim)
     ordered = ORDERED_DQ_SLOWDOWN if t.ordered_dq else 1.0
-    dkdv = (t_mma + t_exp + t_steps) / wave_efficiency(info, kv_blocks, 1) * ordered
+    dkdv = max(dkdv_terms(spec, info, t)) / wave_efficiency(info, kv_blocks, 1) * ordered
     return backward_cost(spec, info, [("preprocess", preprocess_us(spec, info)), ("dkdv_wgmma", dkdv)],
                          info.wgmma_flops_per_clk)
 
@@ -213,9 +233,13 @@ class Sm90Backward(BackwardFamily):
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
         h = plan.dkdv_wgmma
         dq = split_line(h) if h.split else dq_line(h)
+        compute, l2 = dkdv_terms(plan.spec, arch_info(plan.arch), h)
+        bound = "its L2 traffic" if l2 > compute else "compute"
         return [f"wgmma dK/dV {h.block_n} KV rows ({h.consumer_wgs} consumer warpgroups, setmaxnreg "
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
-                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}"]
+                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}",
+                f"model: compute {compute:.0f} us, L2 {l2:.0f} us ({step_l2_bytes(plan.spec, h) // 1024} KB per step "
+                f"at {STEP_L2_GBPS} GB/s) at the reference workload: bound by {bound}"]
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: HopperBwdPlan) -> str:
