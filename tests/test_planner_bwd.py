@@ -10,7 +10,7 @@ from attngen.families.sm80_bwd import Sm80Backward, atomic_dq_cols, dkdv_registe
 from attngen.planning.archs import arch_info
 from attngen.planning.ir import BwdPlan, HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
-from attngen.spec.model import Arch, AttentionSpec
+from attngen.spec.model import Arch, AttentionSpec, MaskKind
 
 ARCHS = (Arch.sm80, Arch.sm86, Arch.sm90, Arch.sm100)
 
@@ -30,7 +30,8 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
         if isinstance(p, HopperBwdPlan):
             convert = (f"{p.kernel_name}_dq_convert",) if p.dkdv_wgmma.dq_red else ()
             assert p.entry_names == (f"{p.kernel_name}_preprocess", f"{p.kernel_name}_dkdv_wgmma", *convert)
-            assert p.dkdv_wgmma.dq_red != p.dkdv_wgmma.ordered_dq, "red by default, staged when ordered"
+            red = not p.dkdv_wgmma.ordered_dq and (bool(p.dkdv_wgmma.split) or spec.mask.kind is MaskKind.none)
+            assert p.dkdv_wgmma.dq_red == red, "red unmasked and in the split, staged when masked or ordered"
             assert p.dkdv_wgmma.smem_bytes <= info.smem_per_block
             continue
         assert isinstance(p, BwdPlan) and len(p.entry_names) == 3
@@ -91,11 +92,13 @@ def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     p = plan_bwd(spec, "sm90")
     assert isinstance(p, HopperBwdPlan) and p.entry_names[1].endswith("_dkdv_wgmma")
-    assert p.entry_names[2].endswith("_dq_convert") and p.dkdv_wgmma.dq_red
-    h = p.dkdv_wgmma
+    assert len(p.entry_names) == 2 and not p.dkdv_wgmma.dq_red, "causal: dQ staged (dq_red_serves)"
+    unmasked = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), "sm90")
+    assert isinstance(unmasked, HopperBwdPlan) and unmasked.entry_names[2].endswith("_dq_convert")
+    h = unmasked.dkdv_wgmma
     assert h.smem_bytes <= 232448 and h.regs_estimate <= h.consumer_regs
     assert h.block_n == 128 and h.threads == 384 and "wgmma" in p.reason
-    det = plan_bwd(spec.model_copy(update={"deterministic": True}), "sm90")
+    det = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none", deterministic=True), "sm90")
     assert isinstance(det, HopperBwdPlan) and det.dkdv_wgmma.ordered_dq
     # The ordered dQ keeps the staged path (producer warp 1 issues the reductions in order): its staging boxes and 2
     # stages against the default's red path with 3; the same tiles and registers otherwise.

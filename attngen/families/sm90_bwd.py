@@ -61,15 +61,15 @@ SPLIT_HEAD_DIMS = (192, 256)
 BLOCK_M = {64: 128, 128: 64}
 BLOCK_N = 128
 #: Q/dO stages, by HopperBwdTiling.dq_red: 2 where dQ is staged in shared memory (its boxes take a third stage's
-#: room), 3 where dQ is added from registers (the third stage hides more of a step's loads; unmeasured: the device
-#: script's red2 variant seds this to {True: 2, False: 2}).
+#: room), 3 where dQ is added from registers (the third stage hides more of a step's loads). Two stages with dq_red
+#: (the device script's red2 variant) measured within the run's noise of three at hd64/128 (results/h100/dq_red).
 STAGES = {True: 3, False: 2}
 #: dQ added from registers by red.global.add.v4.f32 into the tile-ordered accumulator (HopperBwdTiling.dq_red)
 #: instead of staged in shared memory and TMA-reduced by producer warp 1 (main's path, kept for ordered dQ). Why: the
 #: staged form's profile (results/h100/bwd_lse_rows/ncu_lse_rows) shows its 16 KB of fp32 stores and the bulk read
 #: per warpgroup and step waiting on the shared-memory pipe the products' operands load from; the v4 reductions
-#: put 512 contiguous bytes a warp on L2 instead. Unmeasured: a module constant so that the device script
-#: (benchmarks/dq_red_device.sh) can sed it to False and A/B the two.
+#: put 512 contiguous bytes a warp on L2 instead. Which specs take it: dq_red_serves. A module constant so that the
+#: device script (benchmarks/dq_red_device.sh) can sed it to False and A/B the two.
 DQ_RED = True
 #: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
 #: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
@@ -99,8 +99,7 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
 
 def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> HopperBwdTiling:
     """The tiling where each consumer warpgroup owns 64 KV rows and all of head_dim."""
-    # An ordered dQ needs producer warp 1 to issue the reductions (in dispatch order): the staged path.
-    red = DQ_RED and not ordered_dq
+    red = dq_red_serves(spec, ordered_dq)
     d, bn, st = spec.head_dim, BLOCK_N, STAGES[red]
     bm = BLOCK_M[d]
     e = dtype_trait(spec.dtype).size
@@ -172,6 +171,15 @@ def dq_line(t: HopperBwdTiling) -> str:
         return "dQ by red.global.add.v4.f32 into a tile-ordered accumulator, then dq_convert"
     return "dQ by TMA bulk reductions" + (", ordered by a semaphore per query tile (deterministic)"
                                           if t.ordered_dq else "")
+
+
+def dq_red_serves(spec: AttentionSpec, ordered_dq: bool) -> bool:
+    """Whether the 64-KV-row consumers add dQ from registers (HopperBwdTiling.dq_red) rather than staging it for
+    producer warp 1's bulk reductions. An ordered dQ needs warp 1 to issue the reductions in dispatch order: the
+    staged path. Measured on the H100 at 8k (results/h100/dq_red/ab.txt, two rounds against main): hd128 unmasked
+    +4-6% (491-495 -> 512-520 TFLOP/s), hd128 causal -2-8% (461-473 -> 435-453), hd64 within noise either way. So
+    unmasked specs only."""
+    return DQ_RED and not ordered_dq and spec.mask.kind is MaskKind.none
 
 
 def dq_before_dk(spec: AttentionSpec, dkv_from_smem: bool) -> bool:
