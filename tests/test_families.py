@@ -165,7 +165,7 @@ def test_backward_families_are_registered_fastest_path_first() -> None:
         cover = family.coverage()
         assert cover.archs and cover.head_dims and cover.dtypes and cover.masks and cover.notes
     assert families.get("sm80_bwd").path == "mma.sync + cp.async, atomic-free"
-    assert families.get("sm90_bwd").path.startswith("TMA + wgmma, dQ by TMA bulk reductions")
+    assert families.get("sm90_bwd").path.startswith("TMA + wgmma, dQ by vector reductions into a tile-ordered")
     assert families.get("sm90_bwd").coverage().archs == ("sm90",)
     assert families.get("sm90_bwd").coverage().head_dims == (64, 128, 192, 256)
 
@@ -217,9 +217,11 @@ def test_each_backward_family_renders_only_the_kernels_it_launches() -> None:
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     wgmma, mma = render(plan_bwd(spec, Arch.sm90)), render(plan_bwd(spec, Arch.sm80))
     assert wgmma.plan.family == "sm90_bwd" and mma.plan.family == "sm80_bwd"
-    assert [e.rsplit("multistage_", 1)[1] for e in wgmma.entry_names] == ["preprocess", "dkdv_wgmma"]
+    assert [e.rsplit("multistage_", 1)[1] for e in wgmma.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
+    ordered = render(plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm90))
+    assert [e.rsplit("multistage_", 1)[1] for e in ordered.entry_names] == ["preprocess", "dkdv_wgmma"]
     assert [e.rsplit("multistage_", 1)[1] for e in mma.entry_names] == ["preprocess", "dkdv", "dq"]
-    for src in (wgmma, mma):  # every entry point is defined, and no other
+    for src in (wgmma, ordered, mma):  # every entry point is defined, and no other
         defined = [line.split("(")[0] for line in src.code.splitlines() if line.startswith("attn_bwd_")]
         assert defined == list(src.entry_names)
     assert "wgmma" not in mma.code

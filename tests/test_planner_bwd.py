@@ -10,7 +10,7 @@ from attngen.families.sm80_bwd import Sm80Backward, atomic_dq_cols, dkdv_registe
 from attngen.planning.archs import arch_info
 from attngen.planning.ir import BwdPlan, HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
-from attngen.spec.model import Arch, AttentionSpec
+from attngen.spec.model import Arch, AttentionSpec, MaskKind
 
 ARCHS = (Arch.sm80, Arch.sm86, Arch.sm90, Arch.sm100)
 
@@ -28,7 +28,10 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
         assert p.family == ("sm90_bwd" if hopper else "sm80_bwd") and p.summary()["family"] == p.family
         assert all("bwd" in name for name in p.entry_names)
         if isinstance(p, HopperBwdPlan):
-            assert p.entry_names == (f"{p.kernel_name}_preprocess", f"{p.kernel_name}_dkdv_wgmma")
+            convert = (f"{p.kernel_name}_dq_convert",) if p.dkdv_wgmma.dq_red else ()
+            assert p.entry_names == (f"{p.kernel_name}_preprocess", f"{p.kernel_name}_dkdv_wgmma", *convert)
+            red = not p.dkdv_wgmma.ordered_dq and (bool(p.dkdv_wgmma.split) or spec.mask.kind is MaskKind.none)
+            assert p.dkdv_wgmma.dq_red == red, "red unmasked and in the split, staged when masked or ordered"
             assert p.dkdv_wgmma.smem_bytes <= info.smem_per_block
             continue
         assert isinstance(p, BwdPlan) and len(p.entry_names) == 3
@@ -88,13 +91,23 @@ def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
 
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     p = plan_bwd(spec, "sm90")
-    assert isinstance(p, HopperBwdPlan) and p.entry_names[-1].endswith("_dkdv_wgmma")
-    h = p.dkdv_wgmma
+    assert isinstance(p, HopperBwdPlan) and p.entry_names[1].endswith("_dkdv_wgmma")
+    assert len(p.entry_names) == 2 and not p.dkdv_wgmma.dq_red, "causal: dQ staged (dq_red_serves)"
+    unmasked = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), "sm90")
+    assert isinstance(unmasked, HopperBwdPlan) and unmasked.entry_names[2].endswith("_dq_convert")
+    h = unmasked.dkdv_wgmma
     assert h.smem_bytes <= 232448 and h.regs_estimate <= h.consumer_regs
     assert h.block_n == 128 and h.threads == 384 and "wgmma" in p.reason
-    det = plan_bwd(spec.model_copy(update={"deterministic": True}), "sm90")
+    det = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none", deterministic=True), "sm90")
     assert isinstance(det, HopperBwdPlan) and det.dkdv_wgmma.ordered_dq
-    assert det.dkdv_wgmma.model_copy(update={"ordered_dq": False}) == h, "the same tiles and registers, dQ ordered"
+    # The ordered dQ keeps the staged path (producer warp 1 issues the reductions in order): its staging boxes and 2
+    # stages against the default's red path with 3; the same tiles and registers otherwise.
+    assert not det.dkdv_wgmma.dq_red and len(det.entry_names) == 2 and det.dkdv_wgmma.stages == 2
+    dq_bytes = [t.smem.offset("Rows") - t.smem.offset("DQ") for t in (det.dkdv_wgmma, h)]
+    assert dq_bytes == [2 * 64 * 64 * 4, 0] and h.stages == 3
+    same = ("block_m", "block_n", "producer_regs", "consumer_regs", "dq_cols", "dq_col_step", "dq_query_step",
+            "dkv_from_smem", "dq_before_dk", "regs_estimate")
+    assert all(getattr(det.dkdv_wgmma, f) == getattr(h, f) for f in same)
     holes = AttentionSpec(head_dim=128, dtype="bf16", deterministic=True, mask={
         "expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
         "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}})
