@@ -194,10 +194,11 @@ def test_hopper_backward_cost_meets_its_calibration() -> None:
 @pytest.mark.parametrize("head_dim", [192, 256])
 def test_hopper_backward_split_is_bounded_by_its_l2_traffic(head_dim: int) -> None:
     """The hd192/256 split (64 KV rows per block) reads Q and dO and reduces dQ once per 64 KV rows: the model bounds
-    it by that L2 traffic at sm90_bwd.STEP_L2_GBPS (profiled at hd256: L2 84.8%), which predicts the H100's
-    measured 250-265 TFLOP/s at 8k within 10%; the compute terms alone predicted ~400. hd128 (128 KV rows per block)
-    moves half the bytes per FLOP and stays compute-bound."""
-    from attngen.families import sm90_bwd
+    it by that L2 traffic at sm90_bwd.step_l2_gbps (profiled at hd256: L2 84% busy with v2 and with v4 reductions),
+    which predicts the H100's measured TFLOP/s at 8k within 10%: 364-386 unmasked and 332-370 causal with v4
+    (results/h100/dq_red, peers_2), 264 / 254 with v2 (softmax_rows_1). The compute terms alone predict ~400. hd128
+    (128 KV rows per block) moves half the bytes per FLOP and stays compute-bound."""
+    from attngen.families import sm90_bwd, sm90_bwd_split
     from attngen.features.mask import mask_trait
     from attngen.planning.shared import REF_HIDDEN, REF_SEQLEN
 
@@ -205,11 +206,15 @@ def test_hopper_backward_split_is_bounded_by_its_l2_traffic(head_dim: int) -> No
         t = p.dkdv_wgmma
         steps = -(-REF_SEQLEN // t.block_n) * (REF_HIDDEN // p.spec.head_dim) * -(-REF_SEQLEN // t.block_m)
         l2_bytes = steps * mask_trait(p.spec).cost_density * sm90_bwd.step_l2_bytes(p.spec, t)
-        return l2_bytes / (sm90_bwd.STEP_L2_GBPS * 1e3)
+        return l2_bytes / (sm90_bwd.step_l2_gbps(t) * 1e3)
 
-    for mask, measured in (("none", 264), ("causal", 254)):
-        p = plan_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", mask=mask), Arch.sm90)
-        assert isinstance(p, HopperBwdPlan)
+    # v4 at hd192 was not timed: the model's prediction there (~370) is untested.
+    points = [(False, "none", 264), (False, "causal", 254)]
+    for v4, mask, measured in points + [(True, "none", 375), (True, "causal", 355)] * (head_dim == 256):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sm90_bwd_split, "SPLIT_DQ_V4", v4)
+            p = plan_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", mask=mask), Arch.sm90)
+        assert isinstance(p, HopperBwdPlan) and p.dkdv_wgmma.dq_red == v4
         assert dict(p.cost.kernels)["dkdv_wgmma"] >= l2_us(p) * 0.999
         assert p.cost.flops / p.cost.predicted_us / 1e6 == pytest.approx(measured, rel=0.1)
     hd128 = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), Arch.sm90)

@@ -83,11 +83,14 @@ STEP_OVERHEAD_CLK = 3200
 #: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal.
 ORDERED_DQ_SLOWDOWN = 1.08
 #: The L2 traffic of the dK/dV kernel's steps that the H100 sustains, in GB/s: each step reads its query tile's Q
-#: and dO (TMA) and adds block_m x head_dim fp32 of dQ into L2 (reductions). Profiled at hd256 8k
-#: (results/h100/softmax_rows_1/ncu_bwd_hd256): 33.4 GB of loads and reductions in 10.4 ms with L2 throughput at
-#: 84.8%, so ~3200 GB/s bounds that plan, where the compute terms predicted 6.8 ms. hd64/128 move half the bytes
-#: per FLOP (128 KV rows per block) and stay below it (hd128 8k: 17.2 GB in 5.6 ms).
-STEP_L2_GBPS = 3200
+#: and dO (TMA) and adds block_m x head_dim fp32 of dQ into L2. L2 binds on requests more than on bytes, so the rate
+#: depends on how wide dQ's reductions are. With red.global.add.v4.f32 (or TMA bulk reductions, whole lines): hd256
+#: 8k profiled (results/h100/dq_red/ncu_bwd_red/hd256.txt) moved the same 545M sectors (33.4 GB) in 6.88 ms at L2
+#: throughput 83.8%, so ~4850 GB/s; the compute terms predict ~6.0 ms there.
+STEP_L2_GBPS = 4850
+#: ... with two-float reductions (the split with SPLIT_DQ_V4 off): the same bytes in 10.4 ms at L2 84.8%
+#: (results/h100/softmax_rows_1/ncu_bwd_hd256), ~3200 GB/s: four times the requests.
+STEP_L2_GBPS_V2 = 3200
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
@@ -143,7 +146,7 @@ def step_l2_bytes(spec: AttentionSpec, t: HopperBwdTiling) -> int:
 def dkdv_terms(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> tuple[float, float]:
     """The dK/dV kernel's two bounds at the reference workload (us, before waves and ordering): its compute (the
     useful FLOPs at the wgmma rate, the exps of the recomputed P and STEP_OVERHEAD_CLK per step, one after the
-    other: the model grants no overlap) and its steps' L2 traffic at STEP_L2_GBPS; both times the share of tiles
+    other: the model grants no overlap) and its steps' L2 traffic at step_l2_gbps; both times the share of tiles
     the mask keeps."""
     n, heads = REF_SEQLEN, REF_HIDDEN // spec.head_dim
     density = mask_trait(spec).cost_density
@@ -152,7 +155,12 @@ def dkdv_terms(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> tuple
     t_exp = heads * n * n * density / (MUFU_PER_CLK * sms * clk)
     t_steps = steps / sms * STEP_OVERHEAD_CLK / clk
     t_mma = BWD_FLOPS_OVER_FWD * ref_forward_flops(spec) / (info.wgmma_flops_per_clk * sms * clk)
-    return t_mma + t_exp + t_steps, steps * step_l2_bytes(spec, t) / (STEP_L2_GBPS * 1e3)
+    return t_mma + t_exp + t_steps, steps * step_l2_bytes(spec, t) / (step_l2_gbps(t) * 1e3)
+
+
+def step_l2_gbps(t: HopperBwdTiling) -> int:
+    """The L2 rate that bounds the plan's steps: two-float dQ reductions (the split without dq_red) get the lower."""
+    return STEP_L2_GBPS_V2 if t.split and not t.dq_red else STEP_L2_GBPS
 
 
 def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCost:
@@ -247,7 +255,7 @@ class Sm90Backward(BackwardFamily):
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
                 f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}",
                 f"model: compute {compute:.0f} us, L2 {l2:.0f} us ({step_l2_bytes(plan.spec, h) // 1024} KB per step "
-                f"at {STEP_L2_GBPS} GB/s) at the reference workload: bound by {bound}"]
+                f"at {step_l2_gbps(h)} GB/s) at the reference workload: bound by {bound}"]
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: HopperBwdPlan) -> str:
