@@ -217,11 +217,14 @@ def test_each_backward_family_renders_only_the_kernels_it_launches() -> None:
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     wgmma, mma = render(plan_bwd(spec, Arch.sm90)), render(plan_bwd(spec, Arch.sm80))
     assert wgmma.plan.family == "sm90_bwd" and mma.plan.family == "sm80_bwd"
-    assert [e.rsplit("multistage_", 1)[1] for e in wgmma.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
+    # causal: dQ staged and TMA-reduced; unmasked: added from registers, then dq_convert (sm90_bwd.dq_red_serves)
+    assert [e.rsplit("multistage_", 1)[1] for e in wgmma.entry_names] == ["preprocess", "dkdv_wgmma"]
+    red = render(plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), Arch.sm90))
+    assert [e.rsplit("multistage_", 1)[1] for e in red.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
     ordered = render(plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm90))
     assert [e.rsplit("multistage_", 1)[1] for e in ordered.entry_names] == ["preprocess", "dkdv_wgmma"]
     assert [e.rsplit("multistage_", 1)[1] for e in mma.entry_names] == ["preprocess", "dkdv", "dq"]
-    for src in (wgmma, ordered, mma):  # every entry point is defined, and no other
+    for src in (wgmma, red, ordered, mma):  # every entry point is defined, and no other
         defined = [line.split("(")[0] for line in src.code.splitlines() if line.startswith("attn_bwd_")]
         assert defined == list(src.entry_names)
     assert "wgmma" not in mma.code
