@@ -112,7 +112,9 @@ def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
         "expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
         "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}})
     assert plan_bwd(holes, "sm90").family == "sm80_bwd", "a mask with holes: the mma.sync kernels when deterministic"
-    assert plan_bwd(spec.model_copy(update={"deterministic": True, "head_dim": 256}), "sm90").family == "sm80_bwd"
+    det256 = plan_bwd(AttentionSpec(head_dim=256, dtype="bf16", mask="causal", deterministic=True), "sm90")
+    assert isinstance(det256, HopperBwdPlan) and det256.dkdv_wgmma.split and det256.dkdv_wgmma.ordered_dq
+    assert det256.dkdv_wgmma.dq_red and det256.dkdv_wgmma.dq_adders == 2
     assert plan_bwd(spec, "sm80").family == "sm80_bwd" and plan_bwd(spec, "sm100").family == "sm80_bwd"
     why = dict(considered_bwd(spec.model_copy(update={"head_dim": 96}), "sm90"))
     assert "head_dim 96" in why["sm90_bwd"] and why["sm80_bwd"].startswith("chosen")

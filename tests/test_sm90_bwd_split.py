@@ -142,6 +142,27 @@ def test_deterministic_hd128_orders_its_dq_reductions() -> None:
     assert "constexpr bool kOrderedDq = true;" in ordered.source.code
 
 
+@pytest.mark.parametrize("head_dim", [192, 256])
+def test_deterministic_split_waits_for_each_tiles_turn(head_dim: int) -> None:
+    """deterministic at hd192/256: the head_dim split with its v4 reductions, each warpgroup that owns dQ columns
+    waiting on the tile's semaphore before its first reduction and moving it on by one after its last (kDqAdders = 2
+    per block, the passes too); no spills (a trap in the consumers' wait cost ~2 KB: the wait is bounded without)."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", deterministic=True)
+    cubin = build.build_bwd(spec, "sm90")
+    t = cubin.source.plan.dkdv_wgmma
+    assert t.split and t.ordered_dq and t.dq_red and t.dq_adders == sum(r.dq_boxes > 0 for r in t.split) == 2
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+    code = cubin.source.code
+    assert "constexpr bool kOrderedDq = true;" in code and "constexpr int kDqAdders = 2;" in code
+    ops = opcodes(disassemble(cubin.data))
+    assert ops["NANOSLEEP"] >= 2 and ops["UTMAREDG"] == 0 and ops["REDG"] > 0
+    default = build.build_bwd(spec.model_copy(update={"deterministic": False}), "sm90")
+    assert opcodes(disassemble(default.data))["NANOSLEEP"] == 0
+    assert "constexpr bool kOrderedDq = false;" in default.source.code
+
+
 def test_ordered_dq_semaphores_are_one_zeroed_int_per_padded_query_tile() -> None:
     torch = pytest.importorskip("torch")
     from attngen.runtime.backward import buffers

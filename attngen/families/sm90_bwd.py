@@ -10,8 +10,9 @@ which dq_convert scales and writes as dQ. The rounding order of dQ varies from r
 with cp.reduce.async.bulk.tensor .add by producer warp 1, a semaphore per query tile admitting the KV blocks'
 reductions one at a time in dispatch order (the ordering needs one issuing warp per block; the consumers' own
 reductions could not be ordered without stalling them). The hd192/256 split adds dQ from registers too
-(non-deterministic only, sm90_bwd_split.py). Its template is attn_bwd_hopper.cu.j2 (the preprocess kernel from
-templates/common/bwd_preprocess.cuh.j2, as the mma.sync backward has it), its parameter blocks abi.BWD_PARAMS
+(sm90_bwd_split.py; deterministic: each consumer warpgroup waits for a tile's turn before its reductions). Its
+template is attn_bwd_hopper.cu.j2 (the preprocess kernel from templates/common/bwd_preprocess.cuh.j2, as the
+mma.sync backward has it), its parameter blocks abi.BWD_PARAMS
 (preprocess, dq_convert reads the same fields in the wgmma block) and abi.HOPPER_BWD_PARAMS (TMA maps first).
 """
 
@@ -80,7 +81,8 @@ DQ_RED = True
 STEP_OVERHEAD_CLK = 3200
 #: An ordered dQ (deterministic specs) against the default: each query tile's reductions wait for the KV blocks
 #: dispatched before this one, and for their own completion. Measured on the H100 at hd128 8k
-#: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal.
+#: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal. The split's ordered dQ
+#: (hd192/256: the consumers wait for a tile's turn themselves) takes the same factor, unmeasured.
 ORDERED_DQ_SLOWDOWN = 1.08
 #: The L2 traffic of the dK/dV kernel's steps that the H100 sustains, in GB/s: each step reads its query tile's Q
 #: and dO (TMA) and adds block_m x head_dim fp32 of dQ into L2. L2 binds on requests more than on bytes, so the rate
@@ -208,7 +210,7 @@ class Sm90Backward(BackwardFamily):
         return Coverage(archs=("sm90",), head_dims=HEAD_DIMS + SPLIT_HEAD_DIMS, dtypes=tuple(d.value for d in DTYPES),
                         masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
                         pipelines=tuple(k.value for k in PipelineKind),
-                        notes="deterministic specs at hd64/128 only (their dQ reductions ordered by semaphores); the "
+                        notes="deterministic specs: dQ's reductions ordered by a semaphore per query tile; the "
                               "spec's pipeline picks the forward's only")
 
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
@@ -216,9 +218,6 @@ class Sm90Backward(BackwardFamily):
             return why
         if arch_info(arch).wgmma_flops_per_clk == 0:
             return f"{arch.value} has no wgmma"
-        if spec.deterministic and spec.head_dim in SPLIT_HEAD_DIMS:
-            return (f"deterministic at head_dim {spec.head_dim}: the head-dim split adds dQ from registers (rounding "
-                    f"order varies)")
         if spec.deterministic and schedule_words(spec):
             # The ordered dQ's producer keeps 24 registers: 32 would leave the consumers 232 of the launch's pool,
             # where hd128 unmasked spills 16 B; at 24 only a mask with holes, packed, spills (4 B).

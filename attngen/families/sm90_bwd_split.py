@@ -7,7 +7,9 @@ P^T and dS^T in shared memory, and once both halves are there adds P^T dO and dS
 computes its dQ columns (dS K, one 64-column box per product), which it adds to the fp32 accumulator from registers
 with vector reductions: by default (SPLIT_DQ_V4) red.global.add.v4.f32 into the tile-ordered accumulator
 (HopperBwdTiling.dq_red; dq_convert writes dQ), else red.global.add.v2.f32 into the row-major one. No staging boxes,
-so two or three Q/dO stages fit beside K and V.
+so two or three Q/dO stages fit beside K and V. Deterministic specs (HopperBwdTiling.ordered_dq) keep these
+reductions, each warpgroup waiting for the tile's semaphore to admit this KV block before its first reduction into
+the tile and passing it on after its last (HopperBwdTiling.dq_adders: one step per warpgroup that owns dQ columns).
 The split balances the products: a dK/dV box costs two 64 x 64 x 64 products per step, a dQ box one.
 """
 
@@ -121,7 +123,7 @@ def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                            consumer_regs=consumer_regs, dq_cols=BOX, dq_col_step=0, dq_query_step=0,
                            dkv_from_smem=True, smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                            schedule_words=schedule_words(spec), split=roles, split_by_product=product,
-                           dq_red=SPLIT_DQ_V4)
+                           dq_red=SPLIT_DQ_V4, ordered_dq=spec.deterministic)
 
 
 def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
@@ -143,5 +145,6 @@ def split_line(t: HopperBwdTiling) -> str:
     scores = ("S^T in wg0, dP^T in wg1" if t.split_by_product else f"S^T and dP^T {t.s_cols} query columns each")
     dq = ("by red.global.add.v4.f32 into a tile-ordered accumulator, then dq_convert" if t.dq_red
           else "by red.global.add.v2.f32")
+    order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
     return (f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}, dQ added from "
-            f"registers {dq}")
+            f"registers {dq}{order}")

@@ -289,6 +289,12 @@ class HopperBwdTiling(_Frozen):
         return len(self.split) or self.block_n // 64
 
     @property
+    def dq_adders(self) -> int:
+        """How far each KV block moves a query tile's semaphore (ordered_dq): one per warpgroup adding its own dQ
+        columns in the split, else 1 (producer warp 1 issues the tile's reductions)."""
+        return sum(r.dq_boxes > 0 for r in self.split) or 1
+
+    @property
     def s_cols(self) -> int:
         """Query columns of each warpgroup's S^T and dP^T."""
         return self.block_m // len(self.split) if self.split and not self.split_by_product else self.block_m
