@@ -46,7 +46,7 @@ from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
-from .sm90_dq_tiles import DQ_CONVERT_THREADS
+from .sm90_dq_tiles import DQ_CONVERT_THREADS, TILED_DQ_PATH
 
 if TYPE_CHECKING:
     import torch
@@ -178,7 +178,7 @@ def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCos
 def dq_line(t: HopperBwdTiling) -> str:
     """How the 64-KV-row consumers add dQ, for plan_line and explain."""
     if t.dq_red:
-        return "dQ by red.global.add.v4.f32 into a tile-ordered accumulator, then dq_convert"
+        return f"dQ by {TILED_DQ_PATH}"
     return "dQ by TMA bulk reductions" + (", ordered by a semaphore per query tile (deterministic)"
                                           if t.ordered_dq else "")
 

@@ -24,6 +24,7 @@ from ..planning.archs import ArchInfo
 from ..planning.ir import HopperBwdTiling, SmemRegions, SplitRole
 from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
 from ..spec.model import AttentionSpec
+from .sm90_dq_tiles import TILED_DQ_PATH
 
 #: Consumer registers beside the accumulators and score tiles (pointers, loop state, the query window);
 #: calibrated with -Xptxas=-v on sm_90a for the unsplit kernel, which shares the loop.
@@ -143,7 +144,7 @@ def split_line(t: HopperBwdTiling) -> str:
              + (f"columns {BOX * r.dq_box0}-{BOX * (r.dq_box0 + r.dq_boxes) - 1}" if r.dq_boxes else "none")
              for i, r in enumerate(t.split)]
     scores = ("S^T in wg0, dP^T in wg1" if t.split_by_product else f"S^T and dP^T {t.s_cols} query columns each")
-    dq = ("by red.global.add.v4.f32 into a tile-ordered accumulator, then dq_convert" if t.dq_red
+    dq = (f"by {TILED_DQ_PATH}" if t.dq_red
           else "by red.global.add.v2.f32")
     order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
     return (f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}, dQ added from "

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 #: Threads of a dq_convert block (kConvertThreads in hopper_bwd.cuh.j2).
 DQ_CONVERT_THREADS = 256
+#: How dQ reaches a tile-ordered accumulator and dQ, for plan_line and explain (both consumer structures).
+TILED_DQ_PATH = "red.global.add.v4.f32 into a tile-ordered accumulator, then dq_convert"
 #: Rows and columns of a box of the tile-ordered dQ accumulator (one wgmma dQ product of 64 queries x 64 columns).
 DQ_BOX = 64
 
