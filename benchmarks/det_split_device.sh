@@ -10,10 +10,7 @@
 dir=$OUT/det_split
 mkdir -p "$dir"
 SECONDS=0
-timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_backward.py tests/test_gpu_varlen.py \
-  > "$dir/tests.txt" 2>&1
-echo "tests rc $? after ${SECONDS}s" >> "$dir/tests.txt"
-tail -4 "$dir/tests.txt"
+gpu_tests 300 "$dir/tests.txt" tests/test_gpu_backward.py tests/test_gpu_varlen.py
 python3 -m attngen bench --backward --head-dims 192,256 --seqlens 2k,8k,16k --peers cudnn --budget-s 200 \
   --out "$dir/bench" > "$dir/bench.txt" 2>&1
 echo "bench rc $? after ${SECONDS}s"

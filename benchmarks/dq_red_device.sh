@@ -15,10 +15,7 @@
 dir=$OUT/dq_red
 mkdir -p "$dir"
 SECONDS=0
-timeout 230 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_backward.py tests/test_gpu_varlen.py \
-  > "$dir/tests.txt" 2>&1
-echo "tests rc $? after ${SECONDS}s" >> "$dir/tests.txt"
-tail -3 "$dir/tests.txt"
+gpu_tests 230 "$dir/tests.txt" tests/test_gpu_backward.py tests/test_gpu_varlen.py
 rm -rf /tmp/ab_red2 /tmp/ab_off && mkdir -p /tmp/ab_red2 /tmp/ab_off
 cp -r attngen templates /tmp/ab_red2/ && cp -r attngen templates /tmp/ab_off/
 sed -i 's/^STAGES = {True: 3, False: 2}$/STAGES = {True: 2, False: 2}/' /tmp/ab_red2/attngen/families/sm90_bwd.py
