@@ -9,3 +9,13 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 ATTNGEN_CACHE_DIR=${ATTNGEN_CACHE_DIR:-/tmp/attngen-cache}
+
+# gpu_tests LIMIT_S LOG TEST_FILE...: the GPU tier of the test files under a time limit (a hang shows as the
+# timeout), its output into LOG with the exit code and the seconds since the script began appended; the tail shown.
+gpu_tests() {
+  local limit=$1 log=$2
+  shift 2
+  timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "$@" > "$log" 2>&1
+  echo "tests rc $? after ${SECONDS}s" >> "$log"
+  tail -4 "$log"
+}

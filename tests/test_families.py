@@ -165,7 +165,7 @@ def test_backward_families_are_registered_fastest_path_first() -> None:
         cover = family.coverage()
         assert cover.archs and cover.head_dims and cover.dtypes and cover.masks and cover.notes
     assert families.get("sm80_bwd").path == "mma.sync + cp.async, atomic-free"
-    assert families.get("sm90_bwd").path.startswith("TMA + wgmma, dQ by TMA bulk reductions")
+    assert families.get("sm90_bwd").path.startswith("TMA + wgmma, dQ by vector reductions into a tile-ordered")
     assert families.get("sm90_bwd").coverage().archs == ("sm90",)
     assert families.get("sm90_bwd").coverage().head_dims == (64, 128, 192, 256)
 
@@ -178,11 +178,10 @@ def test_backward_plan_is_the_first_serving_family(arch: Arch, head_dim: int, de
 
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", deterministic=deterministic)
     serving, refused = families.serving(spec, arch, Direction.backward)
-    wgmma = arch is Arch.sm90 and head_dim in ((64, 128) if deterministic else (64, 128, 192, 256))
+    wgmma = arch is Arch.sm90 and head_dim in (64, 128, 192, 256)
     assert [f.name for f in serving] == (["sm90_bwd", "sm80_bwd"] if wgmma else ["sm80_bwd"])
     cover = families.get("sm90_bwd").coverage()
-    assert (arch.value in cover.archs and head_dim in cover.head_dims and (head_dim <= 128 or not deterministic)) \
-        == wgmma
+    assert (arch.value in cover.archs and head_dim in cover.head_dims) == wgmma
     try:
         p = plan_bwd(spec, arch)
     except PlanError:
@@ -202,8 +201,7 @@ def test_sm90_backward_refusals_say_why() -> None:
     assert sm90.serves(spec, Arch.sm90) is None
     assert sm90.serves(spec, Arch.sm100) == "sm100 has no wgmma"
     assert sm90.serves(spec.model_copy(update={"deterministic": True}), Arch.sm90) is None
-    assert sm90.serves(spec.model_copy(update={"deterministic": True, "head_dim": 256}), Arch.sm90) == (
-        "deterministic at head_dim 256: the head-dim split adds dQ from registers (rounding order varies)")
+    assert sm90.serves(AttentionSpec(head_dim=256, dtype="bf16", deterministic=True), Arch.sm90) is None
     assert sm90.serves(spec.model_copy(update={"head_dim": 256}), Arch.sm90) is None
     assert sm90.serves(spec.model_copy(update={"head_dim": 96}), Arch.sm90) == (
         "head_dim 96: not a multiple of 64 (the 128-byte TMA boxes), and dK and dV do not fit the consumer "
@@ -217,9 +215,14 @@ def test_each_backward_family_renders_only_the_kernels_it_launches() -> None:
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     wgmma, mma = render(plan_bwd(spec, Arch.sm90)), render(plan_bwd(spec, Arch.sm80))
     assert wgmma.plan.family == "sm90_bwd" and mma.plan.family == "sm80_bwd"
+    # causal: dQ staged and TMA-reduced; unmasked: added from registers, then dq_convert (sm90_bwd.dq_red_serves)
     assert [e.rsplit("multistage_", 1)[1] for e in wgmma.entry_names] == ["preprocess", "dkdv_wgmma"]
+    red = render(plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), Arch.sm90))
+    assert [e.rsplit("multistage_", 1)[1] for e in red.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
+    ordered = render(plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm90))
+    assert [e.rsplit("multistage_", 1)[1] for e in ordered.entry_names] == ["preprocess", "dkdv_wgmma"]
     assert [e.rsplit("multistage_", 1)[1] for e in mma.entry_names] == ["preprocess", "dkdv", "dq"]
-    for src in (wgmma, mma):  # every entry point is defined, and no other
+    for src in (wgmma, red, ordered, mma):  # every entry point is defined, and no other
         defined = [line.split("(")[0] for line in src.code.splitlines() if line.startswith("attn_bwd_")]
         assert defined == list(src.entry_names)
     assert "wgmma" not in mma.code

@@ -99,8 +99,9 @@ def _hgmma_shapes(sass: str) -> dict[str, int]:
 @pytest.mark.parametrize("head_dim", [192, 256])
 def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim: int) -> None:
     """Per step: S^T and dP^T (head_dim / 16 k-steps of N = 64, one product per warpgroup), dV and dK (4 k-steps
-    per warpgroup at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 16 two-float reductions per dQ box
-    and thread; no TMA reduction, no local memory."""
+    per warpgroup at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 8 four-float reductions per dQ box
+    and thread into the tile-ordered accumulator (SPLIT_DQ_V4; 16 two-float ones into the row-major one without);
+    no TMA reduction, no local memory."""
     from attngen.toolchain.sass import disassemble, opcodes
 
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
@@ -117,25 +118,49 @@ def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim:
     want["64x64x16"] = want.get("64x64x16", 0) + 4 * head_dim // 64
     assert _hgmma_shapes(sass) == want
     ops = opcodes(sass)
-    assert ops["REDG"] == 16 * head_dim // 64
+    assert t.dq_red and ops["REDG"] == 8 * head_dim // 64
+    assert all("F32x4" in line for line in sass.splitlines() if "REDG" in line)
     assert ops["UTMAREDG"] == 0 and ops["LDL"] == ops["STL"] == 0 and ops["HMMA"] == 0
-    assert "red.global.add.v2.f32" in cubin.source.code and "SplitRole<1>" in cubin.source.code
+    assert "red.global.add.v4.f32" in cubin.source.code and "SplitRole<1>" in cubin.source.code
 
 
 def test_deterministic_hd128_orders_its_dq_reductions() -> None:
     """deterministic at hd64/128: the same wgmma kernel, its dQ reductions waiting on a semaphore per query tile
-    (the spin's NANOSLEEP, the release's and the passes' REDG beside the TMA reductions); the default has none."""
+    (the spin's NANOSLEEP, the release's and the passes' REDG beside the TMA reductions); the default adds dQ from
+    registers instead where unmasked (DQ_RED: four-float REDG into the tile-ordered accumulator, no TMA reduction, no
+    semaphore)."""
     from attngen.toolchain.sass import disassemble, opcodes
 
-    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="none")
     ordered = build.build_bwd(spec.model_copy(update={"deterministic": True}), "sm90")
     default = build.build_bwd(spec, "sm90")
     assert ordered.source.plan.dkdv_wgmma.ordered_dq and not default.source.plan.dkdv_wgmma.ordered_dq
     assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in ordered.resources)
     o, d = (opcodes(disassemble(c.data)) for c in (ordered, default))
-    assert o["UTMAREDG"] == d["UTMAREDG"] > 0
-    assert o["NANOSLEEP"] > 0 and o["REDG"] > 0 and d["NANOSLEEP"] == d["REDG"] == 0
+    assert o["UTMAREDG"] > 0 and d["UTMAREDG"] == 0 and default.source.plan.dkdv_wgmma.dq_red
+    assert o["NANOSLEEP"] > 0 and o["REDG"] > 0 and d["NANOSLEEP"] == 0 and d["REDG"] == 8
     assert "constexpr bool kOrderedDq = true;" in ordered.source.code
+
+
+@pytest.mark.parametrize("head_dim", [192, 256])
+def test_deterministic_split_waits_for_each_tiles_turn(head_dim: int) -> None:
+    """deterministic at hd192/256: the head_dim split with its v4 reductions, each warpgroup that owns dQ columns
+    waiting on the tile's semaphore before its first reduction and moving it on by one after its last (kDqAdders = 2
+    per block, the passes too); no spills (a trap in the consumers' wait cost ~2 KB: the wait is bounded without)."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", deterministic=True)
+    cubin = build.build_bwd(spec, "sm90")
+    t = cubin.source.plan.dkdv_wgmma
+    assert t.split and t.ordered_dq and t.dq_red and t.dq_adders == sum(r.dq_boxes > 0 for r in t.split) == 2
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+    code = cubin.source.code
+    assert "constexpr bool kOrderedDq = true;" in code and "constexpr int kDqAdders = 2;" in code
+    ops = opcodes(disassemble(cubin.data))
+    assert ops["NANOSLEEP"] >= 2 and ops["UTMAREDG"] == 0 and ops["REDG"] > 0
+    default = build.build_bwd(spec.model_copy(update={"deterministic": False}), "sm90")
+    assert opcodes(disassemble(default.data))["NANOSLEEP"] == 0
+    assert "constexpr bool kOrderedDq = false;" in default.source.code
 
 
 def test_ordered_dq_semaphores_are_one_zeroed_int_per_padded_query_tile() -> None:

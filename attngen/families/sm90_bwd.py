@@ -1,14 +1,19 @@
-"""The Hopper backward (sm_90a): a warp-specialized wgmma dK/dV kernel that adds dQ with TMA bulk
-reductions, after the preprocess kernel.
+"""The Hopper backward (sm_90a): a warp-specialized wgmma dK/dV kernel that adds dQ up in fp32, after the
+preprocess kernel, and (tile-ordered dQ) a dq_convert kernel.
 
 One block owns 128 KV rows of one KV head: a producer warpgroup (TMA: K and V once, then Q and dO tiles
-through a ring of stages) and two consumer warpgroups (wgmma) of 64 KV rows each. dQ goes through shared
-memory to an fp32 accumulator with cp.reduce.async.bulk.tensor .add, so the rounding order of dQ varies
-from run to run; for deterministic specs (HopperBwdTiling.ordered_dq) a semaphore per query tile admits the KV blocks'
-reductions one at a time in dispatch order (the hd192/256 split adds dQ from registers: non-deterministic only,
-sm90_bwd_split.py). Its template is attn_bwd_hopper.cu.j2 (the
-preprocess kernel from templates/common/bwd_preprocess.cuh.j2, as the mma.sync backward has it), its
-parameter blocks abi.BWD_PARAMS (preprocess) and abi.HOPPER_BWD_PARAMS (TMA maps first).
+through a ring of stages) and two consumer warpgroups (wgmma) of 64 KV rows each. By default (DQ_RED) each
+consumer warpgroup adds its dQ product from registers with red.global.add.v4.f32 into a tile-ordered fp32
+accumulator (HopperBwdTiling.dq_red: per-entry padded query tiles, each 64 x 64 box in wgmma fragment order),
+which dq_convert scales and writes as dQ. The rounding order of dQ varies from run to run; for deterministic specs
+(HopperBwdTiling.ordered_dq) dQ keeps main's path: staged in shared memory and added to the row-major accumulator
+with cp.reduce.async.bulk.tensor .add by producer warp 1, a semaphore per query tile admitting the KV blocks'
+reductions one at a time in dispatch order (the ordering needs one issuing warp per block; the consumers' own
+reductions could not be ordered without stalling them). The hd192/256 split adds dQ from registers too
+(sm90_bwd_split.py; deterministic: each consumer warpgroup waits for a tile's turn before its reductions). Its
+template is attn_bwd_hopper.cu.j2 (the preprocess kernel from templates/common/bwd_preprocess.cuh.j2, as the
+mma.sync backward has it), its parameter blocks abi.BWD_PARAMS
+(preprocess, dq_convert reads the same fields in the wgmma block) and abi.HOPPER_BWD_PARAMS (TMA maps first).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
+from .sm90_dq_tiles import DQ_CONVERT_THREADS, TILED_DQ_PATH
 
 if TYPE_CHECKING:
     import torch
@@ -55,7 +61,17 @@ SPLIT_HEAD_DIMS = (192, 256)
 #: Query rows per step: 64 at hd128 (registers: dK + dV take 128), 128 at hd64.
 BLOCK_M = {64: 128, 128: 64}
 BLOCK_N = 128
-STAGES = 2
+#: Q/dO stages, by HopperBwdTiling.dq_red: 2 where dQ is staged in shared memory (its boxes take a third stage's
+#: room), 3 where dQ is added from registers (the third stage hides more of a step's loads). Two stages with dq_red
+#: (the device script's red2 variant) measured within the run's noise of three at hd64/128 (results/h100/dq_red).
+STAGES = {True: 3, False: 2}
+#: dQ added from registers by red.global.add.v4.f32 into the tile-ordered accumulator (HopperBwdTiling.dq_red)
+#: instead of staged in shared memory and TMA-reduced by producer warp 1 (main's path, kept for ordered dQ). Why: the
+#: staged form's profile (results/h100/bwd_lse_rows/ncu_lse_rows) shows its 16 KB of fp32 stores and the bulk read
+#: per warpgroup and step waiting on the shared-memory pipe the products' operands load from; the v4 reductions
+#: put 512 contiguous bytes a warp on L2 instead. Which specs take it: dq_red_serves. A module constant so that the
+#: device script (benchmarks/dq_red_device.sh) can sed it to False and A/B the two.
+DQ_RED = True
 #: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
 #: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
 #: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its TMA
@@ -65,14 +81,18 @@ STAGES = 2
 STEP_OVERHEAD_CLK = 3200
 #: An ordered dQ (deterministic specs) against the default: each query tile's reductions wait for the KV blocks
 #: dispatched before this one, and for their own completion. Measured on the H100 at hd128 8k
-#: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal.
+#: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal. The split's ordered dQ
+#: (hd192/256: the consumers wait for a tile's turn themselves) takes the same factor, unmeasured.
 ORDERED_DQ_SLOWDOWN = 1.08
 #: The L2 traffic of the dK/dV kernel's steps that the H100 sustains, in GB/s: each step reads its query tile's Q
-#: and dO (TMA) and adds block_m x head_dim fp32 of dQ into L2 (reductions). Profiled at hd256 8k
-#: (results/h100/softmax_rows_1/ncu_bwd_hd256): 33.4 GB of loads and reductions in 10.4 ms with L2 throughput at
-#: 84.8%, so ~3200 GB/s bounds that plan, where the compute terms predicted 6.8 ms. hd64/128 move half the bytes
-#: per FLOP (128 KV rows per block) and stay below it (hd128 8k: 17.2 GB in 5.6 ms).
-STEP_L2_GBPS = 3200
+#: and dO (TMA) and adds block_m x head_dim fp32 of dQ into L2. L2 binds on requests more than on bytes, so the rate
+#: depends on how wide dQ's reductions are. With red.global.add.v4.f32 (or TMA bulk reductions, whole lines): hd256
+#: 8k profiled (results/h100/dq_red/ncu_bwd_red/hd256.txt) moved the same 545M sectors (33.4 GB) in 6.88 ms at L2
+#: throughput 83.8%, so ~4850 GB/s; the compute terms predict ~6.0 ms there.
+STEP_L2_GBPS = 4850
+#: ... with two-float reductions (the split with SPLIT_DQ_V4 off): the same bytes in 10.4 ms at L2 84.8%
+#: (results/h100/softmax_rows_1/ncu_bwd_hd256), ~3200 GB/s: four times the requests.
+STEP_L2_GBPS_V2 = 3200
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
@@ -84,7 +104,8 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
 
 def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> HopperBwdTiling:
     """The tiling where each consumer warpgroup owns 64 KV rows and all of head_dim."""
-    d, bn, st = spec.head_dim, BLOCK_N, STAGES
+    red = dq_red_serves(spec, ordered_dq)
+    d, bn, st = spec.head_dim, BLOCK_N, STAGES[red]
     bm = BLOCK_M[d]
     e = dtype_trait(spec.dtype).size
     # dQ (block_m queries x head_dim over the block's KV rows) split between the two warpgroups: at
@@ -92,7 +113,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     # covers all KV rows, so every element of the accumulator gets one add per block.
     dq_cols = 64
     col_step, query_step = (64, 0) if bm == 64 else (0, 64)
-    # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup; mbarriers.
+    # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup (none with dq_red); mbarriers.
     # ... and per stage the query tile's LSE and D (bulk-copied beside Q and dO); a mask with holes adds its
     # live-tile bitmap (planning.shared.SCHEDULE_WORDS).
     # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
@@ -102,7 +123,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     words = schedule_words(spec)
     layout = SmemRegions.stack([
         ("K", bn * d * e), ("V", bn * d * e), ("Q", st * bm * d * e), ("DO", st * bm * d * e), ("DS", bn * bm * e),
-        ("P", bn * bm * e if from_smem else 0), ("DQ", wgs * 64 * dq_cols * 4), ("Rows", st * 2 * bm * 4),
+        ("P", bn * bm * e if from_smem else 0), ("DQ", 0 if red else wgs * 64 * dq_cols * 4), ("Rows", st * 2 * bm * 4),
         ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
@@ -114,7 +135,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(spec, from_smem), smem_bytes=smem, smem=layout,
-                           regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq)
+                           regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red)
 
 
 def step_l2_bytes(spec: AttentionSpec, t: HopperBwdTiling) -> int:
@@ -127,7 +148,7 @@ def step_l2_bytes(spec: AttentionSpec, t: HopperBwdTiling) -> int:
 def dkdv_terms(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> tuple[float, float]:
     """The dK/dV kernel's two bounds at the reference workload (us, before waves and ordering): its compute (the
     useful FLOPs at the wgmma rate, the exps of the recomputed P and STEP_OVERHEAD_CLK per step, one after the
-    other: the model grants no overlap) and its steps' L2 traffic at STEP_L2_GBPS; both times the share of tiles
+    other: the model grants no overlap) and its steps' L2 traffic at step_l2_gbps; both times the share of tiles
     the mask keeps."""
     n, heads = REF_SEQLEN, REF_HIDDEN // spec.head_dim
     density = mask_trait(spec).cost_density
@@ -136,7 +157,12 @@ def dkdv_terms(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> tuple
     t_exp = heads * n * n * density / (MUFU_PER_CLK * sms * clk)
     t_steps = steps / sms * STEP_OVERHEAD_CLK / clk
     t_mma = BWD_FLOPS_OVER_FWD * ref_forward_flops(spec) / (info.wgmma_flops_per_clk * sms * clk)
-    return t_mma + t_exp + t_steps, steps * step_l2_bytes(spec, t) / (STEP_L2_GBPS * 1e3)
+    return t_mma + t_exp + t_steps, steps * step_l2_bytes(spec, t) / (step_l2_gbps(t) * 1e3)
+
+
+def step_l2_gbps(t: HopperBwdTiling) -> int:
+    """The L2 rate that bounds the plan's steps: two-float dQ reductions (the split without dq_red) get the lower."""
+    return STEP_L2_GBPS_V2 if t.split and not t.dq_red else STEP_L2_GBPS
 
 
 def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCost:
@@ -149,6 +175,23 @@ def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCos
                          info.wgmma_flops_per_clk)
 
 
+def dq_line(t: HopperBwdTiling) -> str:
+    """How the 64-KV-row consumers add dQ, for plan_line and explain."""
+    if t.dq_red:
+        return f"dQ by {TILED_DQ_PATH}"
+    return "dQ by TMA bulk reductions" + (", ordered by a semaphore per query tile (deterministic)"
+                                          if t.ordered_dq else "")
+
+
+def dq_red_serves(spec: AttentionSpec, ordered_dq: bool) -> bool:
+    """Whether the 64-KV-row consumers add dQ from registers (HopperBwdTiling.dq_red) rather than staging it for
+    producer warp 1's bulk reductions. An ordered dQ needs warp 1 to issue the reductions in dispatch order: the
+    staged path. Measured on the H100 at 8k (results/h100/dq_red/ab.txt, two rounds against main): hd128 unmasked
+    +4-6% (491-495 -> 512-520 TFLOP/s), hd128 causal -2-8% (461-473 -> 435-453), hd64 within noise either way. So
+    unmasked specs only."""
+    return DQ_RED and not ordered_dq and spec.mask.kind is MaskKind.none
+
+
 def dq_before_dk(spec: AttentionSpec, dkv_from_smem: bool) -> bool:
     """Whether a step issues dQ's product before dK's and stages dQ while dK's runs. Measured on the H100
     (results/h100/bwd_overlap_2, against dV and dK first): hd128 unmasked +5-7% at 2k and 8k; hd128 causal -2-3%
@@ -159,14 +202,15 @@ def dq_before_dk(spec: AttentionSpec, dkv_from_smem: bool) -> bool:
 
 class Sm90Backward(BackwardFamily):
     name = "sm90_bwd"
-    path = "TMA + wgmma, dQ by TMA bulk reductions (hd192/256: head_dim split, dQ by vector reductions)"
+    path = ("TMA + wgmma, dQ by vector reductions into a tile-ordered accumulator (deterministic: TMA bulk reductions "
+            "in order; hd192/256: head_dim split)")
     template = "attn_bwd_hopper.cu.j2"
 
     def coverage(self) -> Coverage:
         return Coverage(archs=("sm90",), head_dims=HEAD_DIMS + SPLIT_HEAD_DIMS, dtypes=with_backward(),
                         masks=tuple(m.value for m in MASKS), kv_layouts=tuple(KV_LAYOUTS),
                         pipelines=tuple(k.value for k in PipelineKind),
-                        notes="deterministic specs at hd64/128 only (their dQ reductions ordered by semaphores); the "
+                        notes="deterministic specs: dQ's reductions ordered by a semaphore per query tile; the "
                               "spec's pipeline picks the forward's only")
 
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
@@ -174,9 +218,6 @@ class Sm90Backward(BackwardFamily):
             return why
         if arch_info(arch).wgmma_flops_per_clk == 0:
             return f"{arch.value} has no wgmma"
-        if spec.deterministic and spec.head_dim in SPLIT_HEAD_DIMS:
-            return (f"deterministic at head_dim {spec.head_dim}: the head-dim split adds dQ from registers (rounding "
-                    f"order varies)")
         if spec.deterministic and schedule_words(spec):
             # The ordered dQ's producer keeps 24 registers: 32 would leave the consumers 232 of the launch's pool,
             # where hd128 unmasked spills 16 B; at 24 only a mask with holes, packed, spills (4 B).
@@ -206,23 +247,22 @@ class Sm90Backward(BackwardFamily):
 
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
         h = plan.dkdv_wgmma
-        dq = split_line(h) if h.split else "dQ by TMA bulk reductions" + (
-            ", ordered by a semaphore per query tile (deterministic)" if h.ordered_dq else "")
+        dq = split_line(h) if h.split else dq_line(h)
         compute, l2 = dkdv_terms(plan.spec, arch_info(plan.arch), h)
         bound = "its L2 traffic" if l2 > compute else "compute"
         return [f"wgmma dK/dV {h.block_n} KV rows ({h.consumer_wgs} consumer warpgroups, setmaxnreg "
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
                 f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}",
                 f"model: compute {compute:.0f} us, L2 {l2:.0f} us ({step_l2_bytes(plan.spec, h) // 1024} KB per step "
-                f"at {STEP_L2_GBPS} GB/s) at the reference workload: bound by {bound}"]
+                f"at {step_l2_gbps(h)} GB/s) at the reference workload: bound by {bound}"]
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: HopperBwdPlan) -> str:
         hb = plan.dkdv_wgmma
         line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
                 f"regs {hb.producer_regs}/{hb.consumer_regs}, ")
-        ordered = ", ordered (deterministic)" if hb.ordered_dq else ""
-        return line + (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup{ordered}")
+        return line + (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, "
+                       + dq_line(hb))
 
     def context(self, plan: HopperBwdPlan) -> dict[str, object]:
         from ..codegen.renderer import common_context
@@ -251,23 +291,29 @@ class Sm90Backward(BackwardFamily):
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v, dout = (x if tma.describable(x) else x.contiguous() for x in (q, k, v, dout))
         h = plan.dkdv_wgmma
-        # D and the LSE padded per entry to whole query tiles: the producer bulk-copies a tile's row values.
+        # D and the LSE padded per entry to whole query tiles: the producer bulk-copies a tile's row values; so is a
+        # tile-ordered dQ accumulator (dq_red), whose tiles the consumers add in fragment order.
         b = rt.buffers(q, k, v, accumulate=True, entries=seqs.batch, pad_rows=h.block_m, dlse=dlse,
-                       semaphores=h.ordered_dq)
+                       semaphores=h.ordered_dq, tiled_dq=h.dq_red)
         params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse, softmax_scale,
                                 args, seqs)
-        # The wgmma kernel's block: the five tensor maps, then the same fields.
+        # The wgmma kernel's block (dq_convert's too): the five tensor maps, then the same fields.
         hopper = rt.param_block(with_variant(HOPPER_BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
                                 softmax_scale, args, seqs)
         for field, x, rows in (("tma_q", q, h.block_m), ("tma_do", dout, h.block_m), ("tma_k", k, h.block_n),
                                ("tma_v", v, h.block_n)):
             tma.fill(hopper, field, tma.tensor_map(tma.map_key(x, rows)))
-        # dQ boxes: one warpgroup's wgmma rows (64) by 128 bytes of fp32 columns.
-        tma.fill(hopper, "tma_dq_accum", tma.tensor_map(tma.map_key(b.dq_accum, wgmma.M)))
-        pre, dkdv = plan.entry_names
+        if not h.dq_red and not h.split:
+            # dQ boxes: one warpgroup's wgmma rows (64) by 128 bytes of fp32 columns (the split's v2 reductions and a
+            # tile-ordered accumulator need no map: the kernels leave it unread).
+            tma.fill(hopper, "tma_dq_accum", tma.tensor_map(tma.map_key(b.dq_accum, wgmma.M)))
+        pre, dkdv = plan.entry_names[:2]
         rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b)
         batch, seqlen_k, kv_heads = seqs.batch, seqs.seqlen_k, k.shape[2]
         if seqlen_k:
             launch(function(dkdv, h.smem_bytes), (-(-seqlen_k // h.block_n), kv_heads, batch), h.threads, stream,
                    hopper)
-        return rt.finish(b, seqlen_k, softmax_scale)
+        if h.dq_red and seqs.seqlen_q:
+            # One block per (query tile, head, entry) of the tile-ordered accumulator: dQ scaled, in the input dtype.
+            launch(function(plan.entry_names[2], 0), seqs.grid(h.block_m), DQ_CONVERT_THREADS, stream, hopper)
+        return rt.finish(b, seqlen_k, softmax_scale, converted=h.dq_red)

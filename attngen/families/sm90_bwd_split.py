@@ -5,7 +5,11 @@ A block owns 64 KV rows of one KV head and walks query tiles of 64 rows. Per ste
 warpgroups computes half the query columns of S^T = K Q^T and dP^T = V dO^T (64 x 32), turns them into its half of
 P^T and dS^T in shared memory, and once both halves are there adds P^T dO and dS^T Q to its dV and dK columns and
 computes its dQ columns (dS K, one 64-column box per product), which it adds to the fp32 accumulator from registers
-with vector reductions (red.global.add.v2.f32): no staging boxes, so two or three Q/dO stages fit beside K and V.
+with vector reductions: by default (SPLIT_DQ_V4) red.global.add.v4.f32 into the tile-ordered accumulator
+(HopperBwdTiling.dq_red; dq_convert writes dQ), else red.global.add.v2.f32 into the row-major one. No staging boxes,
+so two or three Q/dO stages fit beside K and V. Deterministic specs (HopperBwdTiling.ordered_dq) keep these
+reductions, each warpgroup waiting for the tile's semaphore to admit this KV block before its first reduction into
+the tile and passing it on after its last (HopperBwdTiling.dq_adders: one step per warpgroup that owns dQ columns).
 The split balances the products: a dK/dV box costs two 64 x 64 x 64 products per step, a dQ box one.
 """
 
@@ -20,6 +24,7 @@ from ..planning.archs import ArchInfo
 from ..planning.ir import HopperBwdTiling, SmemRegions, SplitRole
 from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
 from ..spec.model import AttentionSpec
+from .sm90_dq_tiles import TILED_DQ_PATH
 
 #: Consumer registers beside the accumulators and score tiles (pointers, loop state, the query window);
 #: calibrated with -Xptxas=-v on sm_90a for the unsplit kernel, which shares the loop.
@@ -33,6 +38,13 @@ SPLIT_WGS = 2
 MAX_STAGES = 3
 #: Head-dim columns of a box: one 128-byte TMA box of bf16/fp16 and one dQ product.
 BOX = 64
+#: dQ's boxes added by red.global.add.v4.f32 in fragment order into the tile-ordered accumulator (each warp's
+#: reduction 512 contiguous bytes: 4 L2 lines) instead of red.global.add.v2.f32 into the row-major one (8 rows of
+#: 32 bytes: 8 lines, twice the instructions): a quarter of the L2 requests for the same bytes. Why: the hd256
+#: profile (results/h100/softmax_rows_1/ncu_bwd_hd256, NOTES.md issue 13) has L2 at 84.8% with 537M sectors from the
+#: v2 reductions and the consumers stalled behind them (long scoreboard, lg throttle). Unmeasured: a module
+#: constant so that the device script (benchmarks/dq_red_device.sh) can sed it to False and A/B main's v2 path.
+SPLIT_DQ_V4 = True
 
 
 def split_roles(head_dim: int, wgs: int = SPLIT_WGS) -> tuple[SplitRole, ...]:
@@ -111,7 +123,8 @@ def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     return HopperBwdTiling(block_m=SPLIT_BLOCK, block_n=SPLIT_BLOCK, stages=stages, producer_regs=producer_regs,
                            consumer_regs=consumer_regs, dq_cols=BOX, dq_col_step=0, dq_query_step=0,
                            dkv_from_smem=True, smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
-                           schedule_words=schedule_words(spec), split=roles, split_by_product=product)
+                           schedule_words=schedule_words(spec), split=roles, split_by_product=product,
+                           dq_red=SPLIT_DQ_V4, ordered_dq=spec.deterministic)
 
 
 def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
@@ -131,4 +144,8 @@ def split_line(t: HopperBwdTiling) -> str:
              + (f"columns {BOX * r.dq_box0}-{BOX * (r.dq_box0 + r.dq_boxes) - 1}" if r.dq_boxes else "none")
              for i, r in enumerate(t.split)]
     scores = ("S^T in wg0, dP^T in wg1" if t.split_by_product else f"S^T and dP^T {t.s_cols} query columns each")
-    return f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}, dQ added from registers"
+    dq = (f"by {TILED_DQ_PATH}" if t.dq_red
+          else "by red.global.add.v2.f32")
+    order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
+    return (f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}, dQ added from "
+            f"registers {dq}{order}")

@@ -124,11 +124,11 @@ def supports(spec: AttentionSpec, arch: Arch) -> str | None:
 
 #: Conditional rescaling: O and the running sum are rescaled only when a row's max grows by more than this many
 #: log2 units (FlashAttention-4's threshold: probabilities stay below 2^8, exact in fp32 and bf16's range).
-#: Measured on the H100 (results/h100/softmax_1): +5-10% at hd256, +1-3% at hd128, neutral at hd64.
+#: Measured on the H100 (results/h100/softmax_rows_1/softmax_ab.txt): +5-10% at hd256, +1-3% at hd128, neutral at hd64.
 RESCALE_THRESHOLD = 8.0
 #: Score tiles (of block_n / 8) whose exp2 runs as a polynomial on the FMA pipe, per head dim. None by default: on
 #: the H100 a quarter of hd64's tiles on the polynomial measured 4-10% slower, half of them 10-20% slower
-#: (results/h100/softmax_1); softmax_device.sh still ablates {64: 4}.
+#: (results/h100/softmax_rows_1/softmax_ab.txt); softmax_device.sh still ablates {64: 4}.
 EXP2_POLY_TILES: dict[int, int] = {}
 
 

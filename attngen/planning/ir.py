@@ -244,10 +244,10 @@ class SplitRole(_Frozen):
 class HopperBwdTiling(_Frozen):
     """The sm90 dK/dV kernel: a producer warpgroup (TMA) and wgmma consumer warpgroups; query tiles of
     block_m rows stream through `stages`. Without `split` each of block_n / 64 consumer warpgroups owns 64 KV
-    rows and all of head_dim, and dQ is added by TMA bulk reductions. With `split` (head dims whose dK and dV
-    do not fit one warpgroup's registers) the block owns 64 KV rows; the warpgroups split the query columns of
-    S^T and dP^T, share P^T and dS^T through shared memory, split head_dim between them for dK, dV and dQ as
-    `split` says, and add dQ from registers with vector reductions."""
+    rows and all of head_dim. With `split` (head dims whose dK and dV do not fit one warpgroup's registers) the
+    block owns 64 KV rows; the warpgroups split the query columns of S^T and dP^T, share P^T and dS^T through
+    shared memory and split head_dim between them for dK, dV and dQ as `split` says. dQ is added from registers
+    by vector reductions (`dq_red`; without `split`, else by TMA bulk reductions)."""
 
     block_m: int
     block_n: int
@@ -277,10 +277,22 @@ class HopperBwdTiling(_Frozen):
     #: dQ's reductions ordered by per-tile semaphores (deterministic specs): each tile's parts are added in the
     #: KV blocks' dispatch order, so dQ is bitwise reproducible.
     ordered_dq: bool = False
+    #: dQ is added from registers by red.global.add.v4.f32 into a tile-ordered fp32 accumulator (per-entry padded
+    #: query tiles of block_m x head_dim, each 64 x 64 box of a tile in wgmma fragment order: 512 contiguous bytes a
+    #: warp), which the dq_convert kernel turns into dQ. Else the row-major accumulator (flash_attn's layout) that
+    #: the host scales: staged and TMA-reduced by a producer warp (64-KV-row consumers; what an ordered dQ needs),
+    #: or red.global.add.v2.f32 (split).
+    dq_red: bool = False
 
     @property
     def consumer_wgs(self) -> int:
         return len(self.split) or self.block_n // 64
+
+    @property
+    def dq_adders(self) -> int:
+        """How far each KV block moves a query tile's semaphore (ordered_dq): one per warpgroup adding its own dQ
+        columns in the split, else 1 (producer warp 1 issues the tile's reductions)."""
+        return sum(r.dq_boxes > 0 for r in self.split) or 1
 
     @property
     def s_cols(self) -> int:
@@ -340,13 +352,13 @@ class BwdPlan(_Frozen):
 
 
 class HopperBwdPlan(_Frozen):
-    """The sm90_bwd family's plan: the preprocess kernel and the wgmma dK/dV kernel, which adds dQ into
-    an fp32 accumulator with TMA bulk reductions."""
+    """The sm90_bwd family's plan: the preprocess kernel, the wgmma dK/dV kernel, which adds dQ into an fp32
+    accumulator, and with a tile-ordered accumulator (dkdv_wgmma.dq_red) the kernel that converts it to dQ."""
 
     spec: AttentionSpec
     arch: Arch
     family: str
-    #: Entry points append _preprocess and _dkdv_wgmma.
+    #: Entry points append _preprocess and _dkdv_wgmma, and _dq_convert with a tile-ordered dQ (dkdv_wgmma.dq_red).
     kernel_name: str
     dkdv_wgmma: HopperBwdTiling
     preprocess_rows: int = 32
@@ -355,7 +367,8 @@ class HopperBwdPlan(_Frozen):
 
     @property
     def entry_names(self) -> tuple[str, ...]:
-        return (f"{self.kernel_name}_preprocess", self.wgmma_entry)
+        convert = (f"{self.kernel_name}_dq_convert",) if self.dkdv_wgmma.dq_red else ()
+        return (f"{self.kernel_name}_preprocess", self.wgmma_entry, *convert)
 
     @property
     def wgmma_entry(self) -> str:

@@ -137,10 +137,14 @@ def padded_rows(flat_rows: int, entries: int, tile: int) -> int:
 
 
 def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool, *, entries: int = 0,
-            pad_rows: int = 0, dlse: torch.Tensor | None = None, semaphores: bool = False) -> Buffers:
+            pad_rows: int = 0, dlse: torch.Tensor | None = None, semaphores: bool = False,
+            tiled_dq: bool = False) -> Buffers:
     """The gradient buffers of one call: `entries` the batch's entries (packed or dense), `pad_rows` the query
     tile of a family that wants its row values padded per entry (0: flash_attn's LSE layout), `semaphores` one
-    zeroed int32 per padded query tile for an ordered dQ (needs pad_rows)."""
+    zeroed int32 per padded query tile for an ordered dQ (needs pad_rows), `tiled_dq` the fp32 dQ accumulator
+    tile-ordered, (heads, rows_stride, head_dim) with the entries' query tiles where the row buffers have them, each
+    tile's values in the family's order (families/sm90_dq_tiles.py; needs pad_rows), instead of (batch, seqlen_q, heads,
+    head_dim)."""
     import torch
 
     batch, seqlen_q, heads, _ = q.shape
@@ -152,8 +156,15 @@ def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool,
         lse_log2 = torch.empty_like(delta)
     else:
         delta = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    dq_accum = torch.zeros((batch, seqlen_q, heads, q.shape[-1]), dtype=torch.float32, device=q.device) \
-        if accumulate else delta
+    if tiled_dq and not (pad_rows and accumulate):
+        raise ValueError("a tile-ordered dQ accumulator is per padded query tile: pass pad_rows and accumulate")
+    if tiled_dq:
+        # Zeroed: the tiles' padding rows get zero adds (their dS is 0) and dq_convert reads only the entries' rows.
+        dq_accum = torch.zeros((heads, stride, q.shape[-1]), dtype=torch.float32, device=q.device)
+    elif accumulate:
+        dq_accum = torch.zeros((batch, seqlen_q, heads, q.shape[-1]), dtype=torch.float32, device=q.device)
+    else:
+        dq_accum = delta
     if dlse is not None:
         dlse = dlse.to(torch.float32).contiguous()
     if semaphores and not pad_rows:
@@ -203,11 +214,13 @@ def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, s
         launch(function(entry, 0), seqs.grid(rows, covered), PRE_THREADS, stream, params)
 
 
-def finish(b: Buffers, seqlen_k: int, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq from the fp32 accumulator (where the family adds dQ up), zeros without keys; dq, dk, dv."""
+def finish(b: Buffers, seqlen_k: int, softmax_scale: float,
+           converted: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq from the fp32 accumulator (where the family adds dQ up in flash_attn's layout; `converted`: the family's
+    own kernel has written dq from a tile-ordered one), zeros without keys; dq, dk, dv."""
     import torch
 
-    if b.accumulate:
+    if b.accumulate and not converted:
         # The scale and the conversion to the input dtype in one pass over the fp32 accumulator (two passes cost
         # 312 us of a 4.3 ms packed step over 32k tokens x 16 heads: results/h100/seqlens/kernel_times_1).
         torch.mul(b.dq_accum, softmax_scale, out=b.dq)

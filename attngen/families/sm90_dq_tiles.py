@@ -1,0 +1,60 @@
+"""The sm90 backward's tile-ordered dQ accumulator (HopperBwdTiling.dq_red) on the host: the layout arithmetic the
+kernels share (dq_box, red_dq_frags and dq_convert in templates/common/hopper_bwd.cuh.j2), for the launcher and the
+tests. The accumulator itself is runtime.backward.buffers(tiled_dq=True): (heads, rows_stride, head_dim) fp32, each
+entry's query tiles where the padded row buffers have them (padded_rows_offset)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+#: Threads of a dq_convert block (kConvertThreads in hopper_bwd.cuh.j2).
+DQ_CONVERT_THREADS = 256
+#: How dQ reaches a tile-ordered accumulator and dQ, for plan_line and explain (both consumer structures).
+TILED_DQ_PATH = "red.global.add.v4.f32 into a tile-ordered accumulator, then dq_convert"
+#: Rows and columns of a box of the tile-ordered dQ accumulator (one wgmma dQ product of 64 queries x 64 columns).
+DQ_BOX = 64
+
+
+def tiled_dq_box(block_m: int, head_dim: int, row0: int, col0: int) -> int:
+    """The index of the box at query row row0, column col0 of a block_m x head_dim tile: boxes in row-major order
+    (kDqBoxes x kHeadDim / 64 of them; dq_box in hopper_bwd.cuh.j2)."""
+    if row0 % DQ_BOX or col0 % DQ_BOX or not (0 <= row0 < block_m and 0 <= col0 < head_dim):
+        raise ValueError(f"({row0}, {col0}) is not a {DQ_BOX}-aligned box of a {block_m} x {head_dim} tile")
+    return row0 // DQ_BOX * (head_dim // DQ_BOX) + col0 // DQ_BOX
+
+
+def tiled_dq_position(head_dim: int, i: int) -> tuple[int, int]:
+    """Where value i of a tile of the tile-ordered accumulator goes in the tile (row, column): box i // 4096 in
+    row-major box order; in it 8-column tile j, warpgroup thread t, value e of the wgmma fragment dq[j][e] at
+    512 j + 4 t + e (a warp's 16-byte reductions cover 512 contiguous bytes); the fragment's rows are
+    16 (t / 32) + (t % 32) / 4 (+ 8 for e >= 2), its columns 8 j + 2 (t % 4) + e % 2 (dq_convert's mapping)."""
+    box, f = divmod(i, DQ_BOX * DQ_BOX)
+    j, rest = divmod(f, 512)
+    t, e = divmod(rest, 4)
+    boxes_per_row = head_dim // DQ_BOX
+    row = DQ_BOX * (box // boxes_per_row) + 16 * (t // 32) + (t % 32) // 4 + 8 * (e // 2)
+    col = DQ_BOX * (box % boxes_per_row) + 8 * j + 2 * (t % 4) + e % 2
+    return row, col
+
+
+def tiled_dq_rows(accum: torch.Tensor, block_m: int, entry_rows: list[int]) -> torch.Tensor:
+    """What dq_convert computes, unscaled, on the host (for tests): the (flat rows, heads, head_dim) dQ of a
+    tile-ordered (heads, rows_stride, head_dim) accumulator whose entries of `entry_rows` queries start at whole
+    tiles (padded_rows_offset)."""
+    import torch
+
+    heads, _, d = accum.shape
+    order = torch.tensor([r * d + c for r, c in map(lambda i: tiled_dq_position(d, i), range(block_m * d))])
+    out, flat = [], 0
+    for b, rows in enumerate(entry_rows):
+        start = (flat + b * block_m) // block_m * block_m
+        tiles = -(-rows // block_m)
+        seg = accum[:, start:start + tiles * block_m].reshape(heads, tiles, block_m * d)
+        dense = torch.empty_like(seg)
+        dense[..., order] = seg
+        out.append(dense.reshape(heads, tiles * block_m, d)[:, :rows].transpose(0, 1))
+        flat += rows
+    return torch.cat(out)

@@ -1,0 +1,146 @@
+"""The sm90 backward's tile-ordered dQ accumulator (HopperBwdTiling.dq_red): its layout arithmetic on the host, the
+planner's switches (sm90_bwd.DQ_RED, sm90_bwd_split.SPLIT_DQ_V4) and what they render. No GPU needed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from attngen.codegen.renderer import render
+from attngen.families import sm90_bwd, sm90_bwd_split
+from attngen.families import sm90_dq_tiles as tiles
+from attngen.planning.ir import HopperBwdPlan
+from attngen.planning.planner_bwd import plan_bwd
+from attngen.runtime import backward as rt
+from attngen.spec.model import Arch, AttentionSpec
+
+SHAPES = [(128, 64), (64, 128), (64, 192), (64, 256)]   # (block_m, head_dim) of hd64, hd128 and the split
+
+
+def _plan(head_dim: int, **update: object) -> HopperBwdPlan:
+    p = plan_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="none").model_copy(update=update), Arch.sm90)
+    assert isinstance(p, HopperBwdPlan)
+    return p
+
+
+def _wgmma_fragment(j: int, t: int, e: int) -> tuple[int, int]:
+    """Row and column of value e of an m64nNk16 accumulator's 8-column tile j in warpgroup thread t (PTX ISA)."""
+    return 16 * (t // 32) + (t % 32) // 4 + 8 * (e // 2), 8 * j + 2 * (t % 4) + e % 2
+
+
+@pytest.mark.parametrize(("block_m", "head_dim"), SHAPES)
+def test_tiled_positions_are_a_permutation_in_fragment_order(block_m: int, head_dim: int) -> None:
+    pos = [tiles.tiled_dq_position(head_dim, i) for i in range(block_m * head_dim)]
+    assert sorted(pos) == [(r, c) for r in range(block_m) for c in range(head_dim)]
+    # One thread's 16-byte reduction is its fragment dq[j][0..3]: two columns of two rows 8 apart.
+    for i in range(0, block_m * head_dim, 4):
+        (r, c), *rest = pos[i:i + 4]
+        assert rest == [(r, c + 1), (r + 8, c), (r + 8, c + 1)]
+    # A warp's reductions (32 threads x 16 bytes) cover 512 contiguous bytes: 4 L2 lines against the 8 rows that the
+    # row-major two-float adds touch.
+    box, j, warp = 1 if head_dim > 64 or block_m > 64 else 0, 3, 2
+    first = box * 4096 + 512 * j + 4 * 32 * warp
+    rows = {pos[i][0] for i in range(first, first + 128)}
+    assert len(rows) == 16 and len({(first + i) * 4 // 128 for i in range(128)}) == 4
+
+
+def test_the_rows_consumers_own_one_box_each() -> None:
+    for head_dim in (64, 128):
+        t = _plan(head_dim).dkdv_wgmma
+        assert t.dq_red and t.dq_cols == tiles.DQ_BOX and t.consumer_wgs == 2
+        boxes = [tiles.tiled_dq_box(t.block_m, head_dim, wg * t.dq_query_step, wg * t.dq_col_step) for wg in (0, 1)]
+        assert boxes == [0, 1] == list(range(t.block_m * head_dim // tiles.DQ_BOX ** 2))
+    with pytest.raises(ValueError, match="is not a 64-aligned box"):
+        tiles.tiled_dq_box(64, 128, 0, 32)
+
+
+@pytest.mark.parametrize("head_dim", [192, 256])
+def test_the_split_roles_dq_boxes_are_the_tiles_boxes(head_dim: int) -> None:
+    t = _plan(head_dim).dkdv_wgmma
+    assert t.split and t.dq_red and t.block_m == 64
+    boxes = [tiles.tiled_dq_box(64, head_dim, 0, 64 * (r.dq_box0 + b)) for r in t.split for b in range(r.dq_boxes)]
+    assert boxes == list(range(head_dim // 64))
+
+
+@pytest.mark.parametrize(("block_m", "head_dim"), SHAPES)
+def test_the_accumulator_adds_and_converts_back_to_rows(block_m: int, head_dim: int) -> None:
+    """Emulates the kernels' addressing (padded_rows_offset, dq_box, red_dq_frags: value e of dq[j] of thread t of
+    box b at b 4096 + 512 j + 4 t + e) over packed entries; tiled_dq_rows (dq_convert's mapping) recovers dQ."""
+    heads, lengths = 3, [100, 37, block_m, 1]
+    flat = sum(lengths)
+    q = torch.zeros(1, flat, heads, head_dim)
+    b = rt.buffers(q, q, q, accumulate=True, entries=len(lengths), pad_rows=block_m, tiled_dq=True)
+    assert b.dq_accum.shape == (heads, b.rows_stride, head_dim)
+    assert b.rows_stride == rt.padded_rows(flat, len(lengths), block_m)
+    dq = torch.randn(flat, heads, head_dim)
+    acc = b.dq_accum.view(heads, -1)
+    boxes_per_row = head_dim // 64
+    at = 0
+    for entry, rows in enumerate(lengths):
+        start = (at + entry * block_m) // block_m * block_m   # padded_rows_offset
+        for m in range(-(-rows // block_m)):
+            tile = (start + m * block_m) * head_dim
+            for box in range(block_m * head_dim // 4096):
+                row0, col0 = 64 * (box // boxes_per_row), 64 * (box % boxes_per_row)
+                for j in range(8):
+                    for t in range(128):
+                        for e in range(4):
+                            r, c = _wgmma_fragment(j, t, e)
+                            q_row = m * block_m + row0 + r
+                            # Rows past the entry add zeros (dS is 0 there) into its last tile's padding.
+                            v = dq[at + q_row, :, col0 + c] if q_row < rows else torch.zeros(heads)
+                            acc[:, tile + box * 4096 + 512 * j + 4 * t + e] += v
+        at += rows
+    assert torch.equal(tiles.tiled_dq_rows(b.dq_accum, block_m, lengths), dq)
+
+
+def test_buffers_refuse_a_tiled_accumulator_without_padded_rows() -> None:
+    q = torch.zeros(2, 8, 1, 64)
+    with pytest.raises(ValueError, match="tile-ordered"):
+        rt.buffers(q, q, q, accumulate=True, tiled_dq=True)
+    plain = rt.buffers(q, q, q, accumulate=True, entries=2, pad_rows=64)
+    assert plain.dq_accum.shape == (2, 8, 1, 64), "flash_attn's layout unless tile-ordered"
+
+
+def test_dq_red_switch_keeps_mains_staged_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    red = _plan(128)
+    monkeypatch.setattr(sm90_bwd, "DQ_RED", False)
+    staged = _plan(128)
+    assert (red.dkdv_wgmma.dq_red, red.dkdv_wgmma.stages) == (True, 3)
+    assert (staged.dkdv_wgmma.dq_red, staged.dkdv_wgmma.stages) == (False, 2)
+    assert staged.entry_names == red.entry_names[:2]
+    code = render(staged).code
+    assert "kDqRed = false" in code and "_dq_convert(" not in code
+    assert "dq_convert" in sm90_bwd.Sm90Backward().plan_line(red)
+    assert "TMA bulk reductions" in sm90_bwd.Sm90Backward().plan_line(staged)
+
+
+def test_split_dq_v4_switch_keeps_mains_v2_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    v4 = _plan(256)
+    code = render(v4).code
+    assert "kDqRed = true" in code and re.search(r"_dq_convert\(", code) and "red.global.add.v4.f32" in code
+    monkeypatch.setattr(sm90_bwd_split, "SPLIT_DQ_V4", False)
+    v2 = _plan(256)
+    assert not v2.dkdv_wgmma.dq_red and len(v2.entry_names) == 2
+    assert v2.dkdv_wgmma.model_copy(update={"dq_red": True}) == v4.dkdv_wgmma, "the same tiles, stages and layout"
+    assert "kDqRed = false" in render(v2).code and "red.global.add.v2.f32" in sm90_bwd.Sm90Backward().plan_line(v2)
+
+
+def test_the_switches_are_sed_able() -> None:
+    """benchmarks/dq_red_device.sh seds these lines to time the other settings."""
+    families = Path(sm90_bwd.__file__).parent
+    rows, split = (families / "sm90_bwd.py").read_text(), (families / "sm90_bwd_split.py").read_text()
+    assert re.search(r"^DQ_RED = True$", rows, re.M) and re.search(r"^STAGES = \{True: 3, False: 2\}$", rows, re.M)
+    assert re.search(r"^SPLIT_DQ_V4 = True$", split, re.M)
+    script = (Path(__file__).parents[1] / "benchmarks" / "dq_red_device.sh").read_text()
+    for line in ("DQ_RED = False", "SPLIT_DQ_V4 = False", "STAGES = {True: 2, False: 2}"):
+        assert line in script
+
+
+def test_ordered_dq_never_takes_the_red_path() -> None:
+    det = _plan(64, deterministic=True)
+    assert det.dkdv_wgmma.ordered_dq and not det.dkdv_wgmma.dq_red
+    assert "kOrderedDq = true" in render(det).code
