@@ -31,8 +31,9 @@ def test_trait_row() -> None:
     ({"deterministic": True}, "deterministic", "forward only"),
     ({"seqlens": "varlen"}, "seqlens", "seqlens: fixed"),
     ({"arch": ["sm89", "sm80"]}, "arch", "sm89, sm120"),
-    ({"arch": "sm90"}, "arch", "wgmma fp8 path"),
-    ({"pipeline": "warp_specialized"}, "pipeline", "multistage"),
+    ({"arch": ["sm90", "sm100"]}, "arch", "sm90 (wgmma)"),
+    ({"arch": "sm90", "head_dim": 64}, "head_dim", "head_dim 128, 256"),
+    ({"pipeline": "pingpong", "head_dim": 192}, "head_dim", "head_dim 128, 256"),
     ({"head_dim": 96}, "head_dim", "64, 128, 192, 256"),
 ])
 def test_fp8_refusals_name_the_field(extra: dict, field: str, words: str) -> None:
@@ -41,15 +42,54 @@ def test_fp8_refusals_name_the_field(extra: dict, field: str, words: str) -> Non
     assert field in str(err.value) and words in str(err.value) and "Remedy" in str(err.value)
 
 
-def test_fp8_plans_only_where_mma_sync_is_native() -> None:
+def test_fp8_plans_on_native_mma_sync_and_on_wgmma() -> None:
     spec = fp8(mask="causal")
     for arch in ("sm89", "sm120"):
         p = plan(spec, arch)
         assert p.family == "sm80_fwd" and p.tiling.block_n % 32 == 0
+    hopper = plan(spec, "sm90")
+    assert hopper.family == "sm90_fwd" and hopper.tiling.block_n % 128 == 0
     with pytest.raises(PlanError, match="natively on sm89, sm120"):
-        plan(spec, "sm90")
+        plan(spec, "sm100")
+    with pytest.raises(PlanError, match="natively on sm89, sm120"):
+        plan(fp8(head_dim=64), "sm90")  # no wgmma fp8 kernel at hd64; mma.sync e4m3 is emulated on sm_90a
     with pytest.raises(PlanError, match="fp8_e4m3"):
         plan_bwd(spec, "sm89")
+
+
+def test_wgmma_fp8_rejects_tiles_off_the_v_boxes_with_a_reason() -> None:
+    p = plan(fp8(head_dim=128), "sm90")
+    rejected = [c for c in p.candidates if not c.fits and c.tiling.block_n % 128]
+    assert rejected and all("boxes of 128 keys" in c.reason for c in rejected)
+    assert {c.tiling.block_n for c in p.candidates if c.fits} == {128}
+
+
+def test_wgmma_8bit_ops_are_k_major_without_transpose_immediates() -> None:
+    from attngen.codegen.wgmma import WgmmaOp, attention_ops
+
+    qk, pv = attention_ops(128, 128, 32, v_transposed=True)
+    assert (qk.k, pv.k, qk.trans_b, pv.trans_b) == (32, 32, False, False)
+    assert qk.trans_tail == "" and pv.trans_tail == ""
+    assert attention_ops(128, 128, 16)[1].trans_tail == ", 1"
+    with pytest.raises(ValueError, match="K-major operands only"):
+        WgmmaOp(128, a_in_regs=True, trans_b=True, k=32)
+
+
+def test_transposed_v_holds_each_16_keys_in_the_order_p_is_packed() -> None:
+    """Slot 4t + 2h + b of every 16 holds key 8h + 2t + b (the accumulator's keys 2t, 2t + 1 of two 8-key tiles land
+    in a lane's k slots 4t..4t + 3), zero keys pad to a multiple of 16, and nothing else moves."""
+    torch = pytest.importorskip("torch")
+    from attngen.runtime.fp8_layout import slot_keys, v_transposed
+
+    assert slot_keys()[:8] == [0, 1, 8, 9, 2, 3, 10, 11] and sorted(slot_keys()) == list(range(16))
+    v = torch.randn(2, 37, 3, 128).to(torch.float8_e4m3fn)
+    vt = v_transposed(v)
+    assert vt.shape == (2, 3, 128, 48) and vt.dtype == v.dtype and vt.is_contiguous()
+    raw, got = v.view(torch.uint8), vt.view(torch.uint8)
+    for slot in range(48):
+        key = 16 * (slot // 16) + slot_keys()[slot % 16]
+        want = raw[:, key] if key < 37 else torch.zeros_like(got[..., slot])
+        assert torch.equal(got[..., slot], want), slot
 
 
 def test_one_byte_elements_halve_the_tiles_bytes() -> None:
@@ -75,10 +115,10 @@ def test_descale_argument_checks() -> None:
     assert planes.shape == (3, 2, 3) and planes.is_contiguous() and float(planes[2, 1, 1]) == 4.0
 
 
-@pytest.mark.parametrize("arch", ["sm89", "sm120"])
+@pytest.mark.parametrize("arch", ["sm89", "sm120", "sm90"])
 @pytest.mark.parametrize("mask", ["none", "causal"])
 def test_every_fp8_forward_compiles_without_spills(arch: str, mask: str) -> None:
-    for head_dim in FP8_HEAD_DIMS:
+    for head_dim in FP8_HEAD_DIMS if arch != "sm90" else (128, 256):
         cubin = attngen.build(fp8(head_dim=head_dim, mask=mask), arch)
         (res,) = cubin.resources
         assert 0 < res.registers <= 255

@@ -31,6 +31,8 @@ class WgmmaOp:
             raise ValueError(f"wgmma N must be a multiple of {N_STEP} in [{MIN_N}, {MAX_N}], got {self.n}")
         if self.trans_a and self.a_in_regs:
             raise ValueError("an A operand in registers is K-major: it cannot be transposed")
+        if self.k != 16 and (self.trans_a or self.trans_b):
+            raise ValueError(f"wgmma k{self.k} (8-bit operands) takes K-major operands only: no transpose")
 
     @property
     def name(self) -> str:
@@ -62,7 +64,9 @@ class WgmmaOp:
 
     @property
     def trans_tail(self) -> str:
-        """imm-trans-a (descriptor form only) and imm-trans-b."""
+        """imm-trans-a (descriptor form only) and imm-trans-b; 8-bit forms (k32) have neither."""
+        if self.k != 16:
+            return ""
         tb = int(self.trans_b)
         return f", {tb}" if self.a_in_regs else f", {int(self.trans_a)}, {tb}"
 
@@ -89,7 +93,8 @@ def backward_ops(block_m: int, head_dim: int, dq_cols: int, k: int) -> tuple[Wgm
             WgmmaOp(dq_cols, a_in_regs=False, trans_b=True, trans_a=True, k=k))
 
 
-def attention_ops(block_n: int, head_dim: int, k: int) -> tuple[WgmmaOp, WgmmaOp]:
-    """S = Q K^T (both operands K-major in shared memory) and O += P V (P in registers, V MN-major)."""
+def attention_ops(block_n: int, head_dim: int, k: int, v_transposed: bool = False) -> tuple[WgmmaOp, WgmmaOp]:
+    """S = Q K^T (both operands K-major in shared memory) and O += P V (P in registers; V MN-major, or K-major when
+    it is stored transposed, as 8-bit V is)."""
     return (WgmmaOp(block_n, a_in_regs=False, trans_b=False, k=k),
-            WgmmaOp(head_dim, a_in_regs=True, trans_b=True, k=k))
+            WgmmaOp(head_dim, a_in_regs=True, trans_b=not v_transposed, k=k))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar
 
-from ..codegen.abi import DESCALE_FIELDS, FWD_PARAMS, Field, layout, with_variant
+from ..codegen.abi import FWD_PARAMS, Field, forward_base, layout, with_variant
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
@@ -249,7 +249,7 @@ class Sm80Forward(ForwardFamily):
 
 def base_fields(spec: AttentionSpec) -> tuple[Field, ...]:
     """The parameter block before the variant's fields: FWD_PARAMS, and the descale factors of a descaled dtype."""
-    return FWD_PARAMS + DESCALE_FIELDS if dtype_trait(spec.dtype).descaled else FWD_PARAMS
+    return forward_base(FWD_PARAMS, dtype_trait(spec.dtype).descaled)
 
 
 def _params(plan: KernelPlan) -> dict[str, object]:

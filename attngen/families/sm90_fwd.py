@@ -13,9 +13,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..codegen.abi import HOPPER_FWD_PARAMS, layout, with_variant
+from ..codegen.abi import HOPPER_FWD_PARAMS, Field, forward_base, layout, with_variant
 from ..codegen.wgmma import attention_ops
-from ..features.dtype import dtype_trait, unscaled
+from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
 from ..features.variant import params_with_variant
@@ -119,7 +119,16 @@ def supports(spec: AttentionSpec, arch: Arch) -> str | None:
     if spec.head_dim % search_space.HOPPER_HEAD_DIM_MULTIPLE:
         return (f"head_dim {spec.head_dim} is not a multiple of {search_space.HOPPER_HEAD_DIM_MULTIPLE}: the "
                 f"128-byte swizzled TMA boxes hold 64 columns each")
+    trait = dtype_trait(spec.dtype)
+    if trait.wgmma_row_bytes and spec.head_dim * trait.size % trait.wgmma_row_bytes:
+        return (f"head_dim {spec.head_dim} gives {trait.name} rows of {spec.head_dim * trait.size} B: the 8-bit "
+                f"wgmma tiles are whole {trait.wgmma_row_bytes}-byte swizzle rows")
     return None
+
+
+def v_box_keys(spec: AttentionSpec) -> int:
+    """Keys per TMA box of a transposed V tile, 0 when V is not transposed (dtype.DTypeTrait.wgmma_v_box_keys)."""
+    return dtype_trait(spec.dtype).wgmma_v_box_keys
 
 
 #: Conditional rescaling: O and the running sum are rescaled only when a row's max grows by more than this many
@@ -260,6 +269,10 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: WarpSpecializedTiling,
     def reject(reason: str) -> Candidate:
         return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=False, reason=reason)
 
+    box = v_box_keys(spec)
+    if box and tiling.block_n % box:
+        return reject(f"block_n {tiling.block_n} is not a multiple of {box}: {spec.dtype.value}'s transposed V "
+                      f"tiles are boxes of {box} keys (one 128-byte swizzle row each)")
     if smem > info.smem_per_block:
         return reject(f"block_m {tiling.block_m} block_n {tiling.block_n}, {tiling.stages} stages needs {smem} B "
                       f"({layout_.q_bytes} Q + {tiling.stages} x {layout_.stage_bytes} K/V + barriers, "
@@ -296,10 +309,10 @@ class Sm90Forward(ForwardFamily):
     def coverage(self) -> Coverage:
         multiple = search_space.HOPPER_HEAD_DIM_MULTIPLE
         return Coverage(archs=search_space.HOPPER_ARCHS, head_dims=tuple(d for d in HEAD_DIMS if d % multiple == 0),
-                        dtypes=unscaled(), masks=tuple(m.value for m in MASKS),
+                        dtypes=tuple(d.value for d in DTYPES), masks=tuple(m.value for m in MASKS),
                         kv_layouts=tuple(KV_LAYOUTS), pipelines=tuple(k.value for k in self.pipelines),
-                        notes=f"head dims that are multiples of {multiple}; `auto` takes the measured pipeline and "
-                              f"tiles of the head dim (MEASURED_TILES)")
+                        notes=f"head dims that are multiples of {multiple} (fp8_e4m3: 128 and 256, dense batches); "
+                              f"`auto` takes the measured pipeline and tiles of the head dim (MEASURED_TILES)")
 
     def refuses(self, spec: AttentionSpec, arch: Arch) -> str | None:
         return supports(spec, arch)
@@ -382,25 +395,37 @@ class Sm90Forward(ForwardFamily):
     def context(self, plan: KernelPlan) -> dict[str, object]:
         from ..codegen.renderer import common_context
 
-        qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim, dtype_trait(plan.spec.dtype).mma_k)
+        qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim, dtype_trait(plan.spec.dtype).mma_k,
+                               v_transposed=v_box_keys(plan.spec) > 0)
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
-                "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv), **_params(plan)}
+                "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
+                "v_box_keys": v_box_keys(plan.spec), **_params(plan)}
 
     def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
                softmax_scale: float, args: Any, seqs: Any) -> None:
-        from ..runtime import tma
+        from ..runtime import fp8_layout, tma
         from ..runtime.driver import launch
         from ..runtime.kernel import forward_params
 
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
-        params = forward_params(with_variant(HOPPER_FWD_PARAMS, args.fields), q, k, v, out, lse, softmax_scale, args,
-                                seqs)
-        for field, t, rows in (("tma_q", q, plan.block_m), ("tma_k", k, plan.block_n), ("tma_v", v, plan.block_n)):
-            tma.fill(params, field, tma.tensor_map(tma.map_key(t, rows)))
+        params = forward_params(with_variant(base_fields(plan.spec), args.fields), q, k, v, out, lse, softmax_scale,
+                                args, seqs)
+        # An 8-bit V goes in transposed (keys contiguous), as (batch, head_dim, kv_heads, keys) for the map: rows of
+        # the box are head-dim rows, its 128-byte columns keys.
+        v_map = (tma.map_key(fp8_layout.v_transposed(v).permute(0, 2, 1, 3), plan.spec.head_dim)
+                 if v_box_keys(plan.spec) else tma.map_key(v, plan.block_n))
+        for field, key in (("tma_q", tma.map_key(q, plan.block_m)), ("tma_k", tma.map_key(k, plan.block_n)),
+                           ("tma_v", v_map)):
+            tma.fill(params, field, tma.tensor_map(key))
         launch(fn, seqs.grid(plan.block_m), plan.threads, stream, params)
 
 
+def base_fields(spec: AttentionSpec) -> tuple[Field, ...]:
+    """The parameter block before the variant's fields: HOPPER_FWD_PARAMS, with the descale factors of fp8."""
+    return forward_base(HOPPER_FWD_PARAMS, dtype_trait(spec.dtype).descaled)
+
+
 def _params(plan: KernelPlan) -> dict[str, object]:
-    fields = params_with_variant(HOPPER_FWD_PARAMS, plan.spec)
+    fields = params_with_variant(base_fields(plan.spec), plan.spec)
     return {"params": fields, "params_layout": layout(fields)}

@@ -39,12 +39,23 @@ class DTypeTrait:
     descaled: bool = False
     #: Arches whose tensor cores run mma.sync on this type natively (None: every arch). fp8: sm89 and sm120 (QMMA).
     #: ptxas for sm_90a and sm_100a emulates mma.sync e4m3 (F2FP to f16, two HMMA each; SASS checked with NVRTC
-    #: 13.5) and spills at hd256: those arches wait for the wgmma / tcgen05 fp8 paths.
+    #: 13.5) and spills at hd256: sm90 runs fp8 on wgmma instead (sm90_fwd); sm100 waits for a tcgen05 path.
     mma_sync_archs: tuple[str, ...] | None = None
     #: Row bytes a shared-memory tile must be a multiple of (the 64-byte swizzle group; hd96 fp8 rows are 96 B).
     row_multiple: int = 0
+    #: Row bytes the Hopper (wgmma) kernels need a head dim's rows to be a multiple of, beyond the 16-bit types' 64
+    #: columns: 0 for none. fp8: 128, one whole 128-byte swizzle row per TMA box (hd128 and hd256); wgmma's 8-bit
+    #: operands are K-major only, so V is transposed into 128-key boxes whose rows are 128 bytes as well.
+    wgmma_row_bytes: int = 0
     #: Whether backward kernels exist for this type (the gradient and decode families serve only such types).
     backward: bool = True
+
+    @property
+    def wgmma_v_box_keys(self) -> int:
+        """Keys per TMA box of V on the wgmma path, 0 where V is used as stored. wgmma takes 8-bit B operands
+        K-major only, so O += P V reads V transposed, (batch, kv_heads, head_dim, keys), in boxes of one 128-byte
+        swizzle row of keys (runtime/fp8_layout.py builds it per call)."""
+        return self.wgmma_row_bytes // self.size
 
     @property
     def out_name(self) -> str:
@@ -63,7 +74,7 @@ DTYPES: dict[DType, DTypeTrait] = {
                                cvt_pack="cvt.rn.satfinite.e4m3x2.f32",
                                torch="float8_e4m3fn", size=1, mma_k=32, tma="CU_TENSOR_MAP_DATA_TYPE_UINT8",
                                out="bf16", descaled=True, mma_sync_archs=("sm89", "sm120"), backward=False,
-                               row_multiple=64),
+                               row_multiple=64, wgmma_row_bytes=128),
 }
 
 

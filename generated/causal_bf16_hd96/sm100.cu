@@ -1130,10 +1130,11 @@ __device__ __forceinline__ void init_frag(Frag& f) {
 
 // Normalizes, stages the output through this warp's rows of the Q tile, writes O with 16-byte
 // stores and the natural-log LSE (-inf for rows that saw no key). A sink joins each row's denominator.
-// `scale_log2` is the kernel's (descale factors folded in), `o_scale` multiplies the output (V's descale factor for 8-bit inputs, else 1). 8-bit inputs: the Q tile is too
-// small for the 16-bit output, and the P V product leaves each lane 4 consecutive columns (gemm_pv's
-// permutation), so rows go straight to global memory, 8 bytes per lane (4 lanes fill a 32-byte sector).
-template <class V>
+// `scale_log2` is the kernel's (descale factors folded in), `o_scale` multiplies the output (V's descale factor for
+// 8-bit inputs, else 1). 8-bit inputs: the Q tile is too small for the 16-bit output, so rows go straight to global
+// memory. COLS_PERMUTED (the mma.sync P V of gemm_pv8) leaves each lane 4 consecutive columns: 8 bytes per lane (4
+// lanes fill a 32-byte sector); otherwise (wgmma's P V) the accumulator's natural 2 columns: 4 bytes per lane.
+template <bool COLS_PERMUTED, class V>
 __device__ __forceinline__ void write_output(Frag& f, const V& var, const Params& p, elem_t* q_tile, out_t* o_base,
                                              float* lse_row, int warp_row0, int row_limit, float scale_log2,
                                              float o_scale) {
@@ -1164,6 +1165,16 @@ __device__ __forceinline__ void write_output(Frag& f, const V& var, const Params
       const int row = warp_row0 + t * 16 + lane / 4 + h * 8;
       if (lane % 4 == 0 && row < row_limit) {
         lse_row[row] = sum > 0.f ? (top + fast_log2(sum)) * kLn2 : neg_inf();
+      }
+      if constexpr (kElemBytes == 1 && !COLS_PERMUTED) {
+        if (row < row_limit) {
+#pragma unroll
+          for (int d = 0; d < kDTiles; ++d) {
+            const u32 packed = pack2(f.o[t][d][2 * h] * inv, f.o[t][d][2 * h + 1] * inv);
+            store_u32(o_base + (i64)row * p.o_row_stride + d * 8 + 2 * (lane % 4), packed);
+          }
+        }
+        continue;
       }
       if constexpr (kElemBytes == 1) {
         if (row < row_limit) {
@@ -1376,7 +1387,7 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
   out_t* o_base = static_cast<out_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride
                    + (i64)(seq.q0 + row0) * p.o_row_stride;
   float* lse_row = p.lse + lse_offset(p, batch, head, seq) + row0;
-  write_output(f, var, p, q_tile, o_base, lse_row, warp_row0, row_limit, scale_log2, o_scale);
+  write_output<kElemBytes == 1>(f, var, p, q_tile, o_base, lse_row, warp_row0, row_limit, scale_log2, o_scale);
 }
 
 }  // namespace attngen

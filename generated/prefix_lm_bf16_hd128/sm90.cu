@@ -27,6 +27,9 @@ constexpr int kConsumerRegs = 240;
 constexpr int kSwizzleChunks = 8;               // the output staging tile's swizzle (smem.cuh)
 constexpr int kQChunkBytes = kBlockM * 128;     // one 64-column box of the Q tile
 constexpr int kKVChunkBytes = kBlockN * 128;    // one 64-column box of a K or V tile
+constexpr int kBoxCols = 128 / kElemBytes;      // columns of one 128-byte TMA box (64 16-bit, 128 8-bit)
+constexpr int kVBoxKeys = 0;  // keys per box of a transposed V tile (8-bit: K-major for wgmma); 0: V as stored
+constexpr int kVBoxBytes = kHeadDim * 128;      // one such box: head-dim rows of 128 bytes of keys
 constexpr int kQTileBytes = 32768;
 constexpr int kKVTileBytes = 32768;
 constexpr int kSmemQ = 0;
@@ -38,6 +41,8 @@ constexpr int kScheduleWords = 0;   // the live-tile bitmap of a mask with holes
 static_assert(kBlockM == 64 * kConsumerWGs, "one 64-row wgmma tile per consumer warpgroup");
 static_assert(kHeadDim % 64 == 0, "TMA boxes of 128 bytes: head_dim must be a multiple of 64");
 static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block_n: k-steps of 16, wgmma N <= 256");
+static_assert(kVBoxKeys == 0 || (kBlockN % kVBoxKeys == 0 && kVBoxKeys * kElemBytes == 128),
+              "a transposed V tile is whole 128-byte boxes of keys");
 static_assert(kQTileBytes == kBlockM * kHeadDim * kElemBytes && kKVTileBytes == kBlockN * kHeadDim * kElemBytes, "tile bytes");
 static_assert(kSmemK % 1024 == 0 && kKVTileBytes % 1024 == 0 && kSmemBar >= kSmemV + kStages * kKVTileBytes,
               "128-byte swizzled tiles sit on 1024-byte boundaries, barriers after them");
@@ -1385,10 +1390,11 @@ __device__ __forceinline__ void init_frag(Frag& f) {
 
 // Normalizes, stages the output through this warp's rows of the Q tile, writes O with 16-byte
 // stores and the natural-log LSE (-inf for rows that saw no key). A sink joins each row's denominator.
-// `scale_log2` is the kernel's (descale factors folded in), `o_scale` multiplies the output (V's descale factor for 8-bit inputs, else 1). 8-bit inputs: the Q tile is too
-// small for the 16-bit output, and the P V product leaves each lane 4 consecutive columns (gemm_pv's
-// permutation), so rows go straight to global memory, 8 bytes per lane (4 lanes fill a 32-byte sector).
-template <class V>
+// `scale_log2` is the kernel's (descale factors folded in), `o_scale` multiplies the output (V's descale factor for
+// 8-bit inputs, else 1). 8-bit inputs: the Q tile is too small for the 16-bit output, so rows go straight to global
+// memory. COLS_PERMUTED (the mma.sync P V of gemm_pv8) leaves each lane 4 consecutive columns: 8 bytes per lane (4
+// lanes fill a 32-byte sector); otherwise (wgmma's P V) the accumulator's natural 2 columns: 4 bytes per lane.
+template <bool COLS_PERMUTED, class V>
 __device__ __forceinline__ void write_output(Frag& f, const V& var, const Params& p, elem_t* q_tile, out_t* o_base,
                                              float* lse_row, int warp_row0, int row_limit, float scale_log2,
                                              float o_scale) {
@@ -1419,6 +1425,16 @@ __device__ __forceinline__ void write_output(Frag& f, const V& var, const Params
       const int row = warp_row0 + t * 16 + lane / 4 + h * 8;
       if (lane % 4 == 0 && row < row_limit) {
         lse_row[row] = sum > 0.f ? (top + fast_log2(sum)) * kLn2 : neg_inf();
+      }
+      if constexpr (kElemBytes == 1 && !COLS_PERMUTED) {
+        if (row < row_limit) {
+#pragma unroll
+          for (int d = 0; d < kDTiles; ++d) {
+            const u32 packed = pack2(f.o[t][d][2 * h] * inv, f.o[t][d][2 * h + 1] * inv);
+            store_u32(o_base + (i64)row * p.o_row_stride + d * 8 + 2 * (lane % 4), packed);
+          }
+        }
+        continue;
       }
       if constexpr (kElemBytes == 1) {
         if (row < row_limit) {
@@ -1462,7 +1478,7 @@ __device__ __forceinline__ void write_output(Frag& f, const V& var, const Params
 // kStages stages with TMA, each tile guarded by a "full" mbarrier (TMA's byte count completes it)
 // and an "empty" one (every consumer warp arrives once it no longer reads the stage). Consumer
 // warpgroup g owns query rows [64 g, 64 g + 64) of the block: S = Q K^T and O += P V are wgmma
-// m64nNk16 with fp32 accumulators; P goes from the score registers straight to the A operand.
+// m64nNk16 (k32 on 8-bit types) with fp32 accumulators; P goes from the score registers straight to the A operand.
 // kPingpong: the two consumer warpgroups take turns issuing their matrix ops (named barriers), so
 // one's softmax runs under the other's GEMMs. kOverlap: a warpgroup issues S(j+1) = Q K(j+1)^T and
 // O += P(j) V(j) together, and computes softmax(j+1) while O += P(j) V(j) runs.
@@ -1507,7 +1523,7 @@ __device__ __forceinline__ void produce(const Params& p, const Variant<Params>& 
   mbar_arrive_expect_tx(bar_q(base), kQTileBytes);
 #pragma unroll
   for (int c = 0; c < kDChunks64; ++c)
-    tma_load_4d(q_smem(base) + c * kQChunkBytes, &p.tma_q, bar_q(base), c * 64, q_row, head, tq);
+    tma_load_4d(q_smem(base) + c * kQChunkBytes, &p.tma_q, bar_q(base), c * kBoxCols, q_row, head, tq);
   int it = 0;
   // The producer never classifies (its few registers): it steps by the bitmap.
   for (KvWalk<Params, kBlockM, kBlockN, false, true> walk(var, m_block, range, bits); !walk.done(); walk.next(), ++it) {
@@ -1518,16 +1534,26 @@ __device__ __forceinline__ void produce(const Params& p, const Variant<Params>& 
     mbar_arrive_expect_tx(bar_k_full(base, stage), kKVTileBytes);
 #pragma unroll
     for (int c = 0; c < kDChunks64; ++c)
-      tma_load_4d(k_smem(base, stage) + c * kKVChunkBytes, &p.tma_k, bar_k_full(base, stage), c * 64, row, kv_head, tk);
+      tma_load_4d(k_smem(base, stage) + c * kKVChunkBytes, &p.tma_k, bar_k_full(base, stage), c * kBoxCols, row, kv_head,
+                  tk);
     mbar_wait(bar_v_empty(base, stage), parity);
     mbar_arrive_expect_tx(bar_v_full(base, stage), kKVTileBytes);
+    if constexpr (kVBoxKeys > 0) {
+      // V transposed (batch, kv_heads, head_dim, keys): boxes of kVBoxKeys keys by every head-dim row.
 #pragma unroll
-    for (int c = 0; c < kDChunks64; ++c)
-      tma_load_4d(v_smem(base, stage) + c * kKVChunkBytes, &p.tma_v, bar_v_full(base, stage), c * 64, row, kv_head, tk);
+      for (int c = 0; c < kBlockN / kVBoxKeys; ++c)
+        tma_load_4d(v_smem(base, stage) + c * kVBoxBytes, &p.tma_v, bar_v_full(base, stage), row + c * kVBoxKeys, 0,
+                    kv_head, tk);
+    } else {
+#pragma unroll
+      for (int c = 0; c < kDChunks64; ++c)
+        tma_load_4d(v_smem(base, stage) + c * kKVChunkBytes, &p.tma_v, bar_v_full(base, stage), c * kBoxCols, row,
+                    kv_head, tk);
+    }
   }
 }
 
-// S = Q K^T for this warpgroup's 64 rows: head_dim / 16 k-steps, 32 bytes apart inside a 128-byte
+// S = Q K^T for this warpgroup's 64 rows: head_dim / kMmaK k-steps, 32 bytes apart inside a 128-byte
 // swizzle row, kQChunkBytes / kKVChunkBytes apart across 64-column chunks. K-major operands: 8-row
 // core-matrix groups 1024 bytes apart (stride byte offset); the leading byte offset is unused.
 __device__ __forceinline__ void issue_qk(Frag& f, u32 q_rows, u32 k_tile) {
@@ -1541,20 +1567,32 @@ __device__ __forceinline__ void issue_qk(Frag& f, u32 q_rows, u32 k_tile) {
   wgmma_commit();
 }
 
-// O += P V: block_n / 16 k-steps of 16 KV rows (2048 bytes) each. V is MN-major (head dim
-// contiguous): the leading byte offset steps between 64-column chunks, the stride byte offset
-// between 8-row groups.
+// O += P V: block_n / kMmaK k-steps. 16-bit V is MN-major (head dim contiguous), k-steps of 16 KV rows (2048
+// bytes): the leading byte offset steps between 64-column chunks, the stride byte offset between 8-row groups.
+// 8-bit V is transposed, K-major like K: k-steps 32 bytes apart inside a 128-byte swizzle row of keys,
+// kVBoxBytes apart across boxes, 8-row groups of head-dim rows 1024 bytes apart.
 __device__ __forceinline__ void issue_pv(Frag& f, const u32 (&pa)[kPSteps][4], u32 v_tile) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kPSteps; ++kk) {
-    wgmma_m64n128k16_rs_tb(f.o[0], pa[kk], smem_desc(v_tile + kk * 2048, kKVChunkBytes, 1024), 1);
+    if constexpr (kVBoxKeys > 0) {
+      constexpr int kStepsPerBox = kVBoxKeys / kMmaK;
+      const u32 b = v_tile + (kk / kStepsPerBox) * kVBoxBytes + (kk % kStepsPerBox) * 32;
+      wgmma_m64n128k16_rs_tb(f.o[0], pa[kk], smem_desc(b, 16, 1024), 1);
+    } else {
+      wgmma_m64n128k16_rs_tb(f.o[0], pa[kk], smem_desc(v_tile + kk * 2048, kKVChunkBytes, 1024), 1);
+    }
   }
   wgmma_commit();
 }
 
-// Probabilities to the A fragments of O += P V.
-__device__ __forceinline__ void pack_p(const Frag& f, u32 (&pa)[kPSteps][4]) { pack_a_frags<kPSteps>(f.s[0], pa); }
+// Probabilities to the A fragments of O += P V. 8-bit: a k32 A fragment gives lane (g, t) keys 4t..4t+3 and
+// 16 + 4t..16 + 4t + 3 of rows g and g + 8; the accumulator holds keys 2t, 2t + 1 of each 8-key tile. So each lane
+// packs its own keys {2t, 2t + 1, 8 + 2t, 9 + 2t} into k slots 4t..4t+3 (and the same 16 keys on), with no
+// shuffle, and the transposed V holds its keys in that order within each 16 (runtime/fp8_layout.py).
+__device__ __forceinline__ void pack_p(const Frag& f, u32 (&pa)[kPSteps][4]) {
+  pack_a_frags<kPSteps>(f.s[0], pa);
+}
 
 struct Turns {
   int wg;
@@ -1568,18 +1606,20 @@ struct Turns {
 
 using Walk = KvWalk<Params, kBlockM, kBlockN, true, true>;
 
+// `scale_log2`: the kernel's score scale in log2 units, the descale factors of q and k folded in.
 __device__ __forceinline__ void softmax_block(Frag& f, const Variant<Params>& var, const Walk& walk, int row_base,
-                                              float (&alpha)[1][2]) {
+                                              float (&alpha)[1][2], float scale_log2) {
   if (walk.needs_mask()) {
-    softmax_scores<true>(f, var, var.p.scale_log2, row_base, walk.n * kBlockN, alpha);
+    softmax_scores<true>(f, var, scale_log2, row_base, walk.n * kBlockN, alpha);
   } else {
-    softmax_scores<false>(f, var, var.p.scale_log2, row_base, walk.n * kBlockN, alpha);
+    softmax_scores<false>(f, var, scale_log2, row_base, walk.n * kBlockN, alpha);
   }
 }
 
 // Consumer main loop without the intra-warpgroup overlap: S, softmax, O += P V, in turn.
 __device__ __forceinline__ void consume_serial(Frag& f, const Variant<Params>& var, u32 base, u32 q_rows, int m_block,
-                                               int row_base, BlockRange range, TileBits bits, Turns turns) {
+                                               int row_base, BlockRange range, TileBits bits, Turns turns,
+                                               float scale_log2) {
   u32 pa[kPSteps][4];
   int it = 0;
   for (Walk walk(var, m_block, range, bits); !walk.done(); walk.next(), ++it) {
@@ -1593,7 +1633,7 @@ __device__ __forceinline__ void consume_serial(Frag& f, const Variant<Params>& v
     fence_operands(f.s[0]);
     release(bar_k_empty(base, stage));
     float alpha[1][2];
-    softmax_block(f, var, walk, row_base, alpha);
+    softmax_block(f, var, walk, row_base, alpha, scale_log2);
     rescale_o(f, alpha);
     pack_p(f, pa);
     mbar_wait(bar_v_full(base, stage), parity);
@@ -1606,7 +1646,8 @@ __device__ __forceinline__ void consume_serial(Frag& f, const Variant<Params>& v
 
 // Consumer main loop with the intra-warpgroup overlap (softmax(j+1) under O += P(j) V(j)).
 __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params>& var, u32 base, u32 q_rows, int m_block,
-                                                   int row_base, BlockRange range, TileBits bits, Turns turns) {
+                                                   int row_base, BlockRange range, TileBits bits, Turns turns,
+                                                   float scale_log2) {
   Walk walk(var, m_block, range, bits);
   if (walk.done()) return;
   u32 pa[kPSteps][4];
@@ -1619,7 +1660,7 @@ __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params
   wgmma_wait<0>();
   fence_operands(f.s[0]);
   release(bar_k_empty(base, 0));
-  softmax_block(f, var, walk, row_base, alpha);
+  softmax_block(f, var, walk, row_base, alpha, scale_log2);
   pack_p(f, pa);
   int it = 1;
   for (walk.next(); !walk.done(); walk.next(), ++it) {
@@ -1634,7 +1675,7 @@ __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params
     wgmma_wait<1>();  // S(j+1) is ready; O += P(j) V(j) may still run
     fence_operands(f.s[0]);
     release(bar_k_empty(base, stage));
-    softmax_block(f, var, walk, row_base, alpha);
+    softmax_block(f, var, walk, row_base, alpha, scale_log2);
     wgmma_wait<0>();
     fence_operands(f.o[0]);
     release(bar_v_empty(base, prev));
@@ -1683,21 +1724,23 @@ __device__ __forceinline__ void fwd_block_ws(const Params& p, unsigned char* sme
   const int warp_row0 = wg * 64 + (threadIdx.x / 32 % 4) * 16;  // this warp's first row in the block
   const int row0 = m_block * kBlockM;
   const u32 q_rows = q_smem(base) + wg * 64 * 128;
+  float scale_log2 = p.scale_log2;
+  float o_scale = 1.f;
   Frag f;
   init_frag(f);
   mbar_wait(bar_q(base), 0);
   if constexpr (kOverlap) {
-    consume_overlapped(f, var, base, q_rows, m_block, row0 + warp_row0, range, bits, turns);
+    consume_overlapped(f, var, base, q_rows, m_block, row0 + warp_row0, range, bits, turns, scale_log2);
   } else {
-    consume_serial(f, var, base, q_rows, m_block, row0 + warp_row0, range, bits, turns);
+    consume_serial(f, var, base, q_rows, m_block, row0 + warp_row0, range, bits, turns, scale_log2);
   }
   // Every warp of this warpgroup is done with its Q rows before they stage the output.
   named_sync(kEpilogueBarrier + wg, 128);
   elem_t* q_tile = reinterpret_cast<elem_t*>(smem + kSmemQ);
-  elem_t* o_base = static_cast<elem_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride
-                   + (i64)(seq.q0 + row0) * p.o_row_stride;
+  out_t* o_base = static_cast<out_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride
+                  + (i64)(seq.q0 + row0) * p.o_row_stride;
   float* lse_row = p.lse + lse_offset(p, batch, head, seq) + row0;
-  write_output(f, var, p, q_tile, o_base, lse_row, warp_row0, seq.sq - row0, p.scale_log2, 1.f);
+  write_output<false>(f, var, p, q_tile, o_base, lse_row, warp_row0, seq.sq - row0, scale_log2, o_scale);
 }
 
 }  // namespace attngen

@@ -1,0 +1,39 @@
+"""V for the 8-bit wgmma forward: transposed, keys contiguous, in the key order the kernel packs P in.
+
+wgmma reads 8-bit B operands K-major only, and the K of O += P V is the key: the kernel's V tiles are (head_dim,
+keys) with the keys contiguous. Its P goes to the A operand without a shuffle, so lane t of a quad holds keys
+{2t, 2t + 1, 8 + 2t, 9 + 2t} of each 16 in k slots 4t..4t + 3 (hopper_mainloop's pack_p). V's keys are stored in
+that order: within every 16 keys, slot 4t + 2h + b holds key 8h + 2t + b. The sum over keys is the same in any
+order, so the output is exact. The sequence is padded with zero keys to a multiple of 16 (TMA's strides are
+multiples of 16 bytes, and the order is defined per 16); the kernel never gives padded keys a nonzero probability.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Keys per group of the order above.
+GROUP = 16
+
+
+def v_transposed(v: Any) -> Any:
+    """(batch, keys, kv_heads, head_dim) 8-bit `v` as a contiguous (batch, kv_heads, head_dim, padded keys) tensor
+    of the same dtype, keys in the kernel's order (module docstring). One copy on v's device and stream."""
+    import torch
+
+    batch, keys, kv_heads, head_dim = v.shape
+    padded = -(-keys // GROUP) * GROUP
+    raw = v.view(torch.uint8)
+    if padded != keys:
+        grown = raw.new_zeros((batch, padded, kv_heads, head_dim))
+        grown[:, :keys] = raw
+        raw = grown
+    # keys = (group, h, t, b) with key 16 group + 8 h + 2 t + b; slots go (group, t, h, b).
+    split = raw.reshape(batch, padded // GROUP, 2, 4, 2, kv_heads, head_dim)
+    ordered = split.permute(0, 5, 6, 1, 3, 2, 4).contiguous()
+    return ordered.reshape(batch, kv_heads, head_dim, padded).view(v.dtype)
+
+
+def slot_keys() -> list[int]:
+    """The key held by each of the 16 slots of a group (what v_transposed stores at slot s)."""
+    return [8 * h + 2 * t + b for t in range(4) for h in range(2) for b in range(2)]
