@@ -120,6 +120,8 @@ def test_descale_argument_checks() -> None:
 def test_every_fp8_forward_compiles_without_spills(arch: str, mask: str) -> None:
     for head_dim in FP8_HEAD_DIMS if arch != "sm90" else (128, 256):
         cubin = attngen.build(fp8(head_dim=head_dim, mask=mask), arch)
-        (res,) = cubin.resources
-        assert 0 < res.registers <= 255
-        assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"hd{head_dim} {arch}: {res}"
+        # sm90 adds V's transpose as a second entry point
+        assert len(cubin.resources) == (2 if arch == "sm90" else 1)
+        for res in cubin.resources:
+            assert 0 < res.registers <= 255
+            assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"hd{head_dim} {arch}: {res}"

@@ -76,7 +76,31 @@ def test_fp8_forward_keys_in_order(head_dim: int, mask: str, window: tuple[int, 
     assert err < RMSE_BOUND * float(ref.abs().mean() + 1), f"RMSE {err:.3e}"
     seen = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), seen)
-    assert (lse[seen].double() - ref_lse[seen]).abs().max() < 0.05
+    # The LSE's error is the top logits' error: fp8 wgmma accumulates Q K^T with fewer bits than fp32 (the H100's
+    # fp8 products keep ~14), so it grows with the score scale (0.14-0.18 measured at scale 0.5, ~5.7x the default).
+    lse_tol = 0.05 * (scale * head_dim ** 0.5 if scale else 1.0)
+    assert (lse[seen].double() - ref_lse[seen]).abs().max() < lse_tol
+
+
+@pytest.mark.parametrize("head_dim", [128, 256])
+@pytest.mark.parametrize("keys", [1, 16, 100, 1000])
+def test_v_transpose_kernel_matches_the_layout(head_dim: int, keys: int) -> None:
+    """sm90's transpose entry point gives fp8_layout.v_transposed's bytes, also from a strided view of V."""
+    import attngen
+    from attngen.families.sm90_fwd import vt_entry
+    from attngen.runtime import fp8_layout
+    from attngen.spec.model import AttentionSpec
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the transposed V is sm90's (wgmma) layout")
+    kernel = attngen.compile(AttentionSpec(head_dim=head_dim, dtype="fp8_e4m3"))
+    arch = next(iter(kernel.cubins))
+    fn = kernel._function(torch.cuda.current_device(), arch).sibling(vt_entry(kernel.cubins[arch].source.plan))
+    wide = torch.randn(3, keys, 5, head_dim, device="cuda").to(torch.float8_e4m3fn)
+    for v in (wide.contiguous(), wide[:, :, 1:4]):
+        got = fp8_layout.transpose(fn, torch.cuda.current_stream().cuda_stream, v)
+        want = fp8_layout.v_transposed(v)
+        assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])

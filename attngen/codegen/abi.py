@@ -58,6 +58,20 @@ DESCALE_FIELDS: tuple[Field, ...] = (
     Field("descale_stride", "long long", _I64),
 )
 
+#: The 8-bit V transpose ahead of the wgmma fp8 forward (sm90_fwd; runtime/fp8_layout.py gives the key order): V
+#: (batch, keys, kv_heads, head_dim) with its strides in bytes, into a contiguous (batch, kv_heads, head_dim,
+#: padded_keys) tensor.
+VT_PARAMS: tuple[Field, ...] = (
+    Field("v", "const unsigned char*", _PTR),
+    Field("vt", "unsigned char*", _PTR),
+    Field("batch_stride", "long long", _I64),
+    Field("row_stride", "long long", _I64),
+    Field("head_stride", "long long", _I64),
+    Field("keys", "int", _I32),
+    Field("padded_keys", "int", _I32),
+    Field("kv_heads", "int", _I32),
+)
+
 #: The decode kernels' block (attngen/families/sm80_decode.py): the forward's, then a paged cache's block table
 #: (int32 rows of table_stride entries, null for a contiguous cache; K and V's batch stride is then the pool's
 #: block stride) and page size, the KV splits, the batch, and the splits' fp32 partial outputs and LSEs.

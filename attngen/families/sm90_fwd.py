@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..codegen.abi import HOPPER_FWD_PARAMS, Field, forward_base, layout, with_variant
+from ..codegen.abi import HOPPER_FWD_PARAMS, VT_PARAMS, Field, forward_base, layout, with_variant
 from ..codegen.wgmma import attention_ops
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
@@ -36,6 +36,9 @@ from ..planning.shared import (
 from ..planning.splits import wave_efficiency
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
+
+if TYPE_CHECKING:
+    from ..toolchain.artifacts import KernelSource
 
 #: Consumer registers beside O, S and P: descriptors, loop state, softmax statistics, addresses.
 #: Calibrated with -Xptxas=-v (NVRTC 13.5, sm_90a) over hd 64/128/256, block_n 64-192, 2 and 3
@@ -392,6 +395,13 @@ class Sm90Forward(ForwardFamily):
                 f"consumer_warpgroups={r.consumer_warpgroups} stages={t.stages} overlap={r.intra_wg_overlap} "
                 f"regs={r.producer_regs}/{r.consumer_regs} smem={plan.smem_bytes}B")
 
+    def render(self, plan: KernelPlan) -> KernelSource:
+        """The forward's entry point, and with a transposed V (fp8) the transpose's (vt_entry)."""
+        from ..codegen.renderer import render_source
+
+        entries = (plan.kernel_name, vt_entry(plan)) if v_box_keys(plan.spec) else (plan.kernel_name,)
+        return render_source(plan, self.template, self.context(plan), entries)
+
     def context(self, plan: KernelPlan) -> dict[str, object]:
         from ..codegen.renderer import common_context
 
@@ -399,7 +409,8 @@ class Sm90Forward(ForwardFamily):
                                v_transposed=v_box_keys(plan.spec) > 0)
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
                 "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
-                "v_box_keys": v_box_keys(plan.spec), **_params(plan)}
+                "v_box_keys": v_box_keys(plan.spec), "vt_params": VT_PARAMS, "vt_params_layout": layout(VT_PARAMS),
+                **_params(plan)}
 
     def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
                softmax_scale: float, args: Any, seqs: Any) -> None:
@@ -413,12 +424,18 @@ class Sm90Forward(ForwardFamily):
                                 args, seqs)
         # An 8-bit V goes in transposed (keys contiguous), as (batch, head_dim, kv_heads, keys) for the map: rows of
         # the box are head-dim rows, its 128-byte columns keys.
-        v_map = (tma.map_key(fp8_layout.v_transposed(v).permute(0, 2, 1, 3), plan.spec.head_dim)
+        v_map = (tma.map_key(fp8_layout.transpose(fn.sibling(vt_entry(plan)), stream, v).permute(0, 2, 1, 3),
+                             plan.spec.head_dim)
                  if v_box_keys(plan.spec) else tma.map_key(v, plan.block_n))
         for field, key in (("tma_q", tma.map_key(q, plan.block_m)), ("tma_k", tma.map_key(k, plan.block_n)),
                            ("tma_v", v_map)):
             tma.fill(params, field, tma.tensor_map(key))
         launch(fn, seqs.grid(plan.block_m), plan.threads, stream, params)
+
+
+def vt_entry(plan: KernelPlan) -> str:
+    """The name of the V transpose's entry point in an fp8 plan's cubin (templates/common/fp8_v_transpose.cuh.j2)."""
+    return f"{plan.kernel_name}_vt"
 
 
 def base_fields(spec: AttentionSpec) -> tuple[Field, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from ..errors import LaunchError
@@ -54,6 +54,18 @@ class LoadedFunction:
     module: object
     function: object
     smem_bytes: int
+    #: Other entry points of the same module, loaded on first use (sibling()).
+    siblings: dict[str, LoadedFunction] = field(default_factory=dict)
+
+    def sibling(self, name: str) -> LoadedFunction:
+        """Entry point `name` of this function's module (static shared memory only), loaded once."""
+        fn = self.siblings.get(name)
+        if fn is None:
+            with _LOCK:
+                (function,) = check_result(_driver().cuModuleGetFunction(self.module, name.encode()),
+                                           f"finding kernel {name}")
+            fn = self.siblings[name] = LoadedFunction(name=name, module=self.module, function=function, smem_bytes=0)
+        return fn
 
     @property
     def handle(self) -> int:

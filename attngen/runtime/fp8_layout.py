@@ -6,6 +6,9 @@ keys) with the keys contiguous. Its P goes to the A operand without a shuffle, s
 that order: within every 16 keys, slot 4t + 2h + b holds key 8h + 2t + b. The sum over keys is the same in any
 order, so the output is exact. The sequence is padded with zero keys to a multiple of 16 (TMA's strides are
 multiples of 16 bytes, and the order is defined per 16); the kernel never gives padded keys a nonzero probability.
+
+`transpose` runs the fp8 forward cubin's own transpose entry point (templates/common/fp8_v_transpose.cuh.j2) on the
+call's stream; `v_transposed` is the same layout in torch operations, the definition the tests hold it to.
 """
 
 from __future__ import annotations
@@ -14,6 +17,32 @@ from typing import Any
 
 #: Keys per group of the order above.
 GROUP = 16
+#: The transpose kernel's tile: keys and head-dim columns per block (fp8_v_transpose.cuh.j2), its threads.
+TILE_KEYS, TILE_DIMS, THREADS = 64, 64, 256
+
+
+def padded_keys(keys: int) -> int:
+    """Keys of the transposed V: `keys` rounded up to a multiple of GROUP."""
+    return -(-keys // GROUP) * GROUP
+
+
+def transpose(fn: Any, stream: int, v: Any) -> Any:
+    """V transposed by the cubin's transpose entry point `fn` (a LoadedFunction) on `stream`: a new (batch, kv_heads,
+    head_dim, padded keys) tensor of v's dtype. v's rows must be 16-byte aligned (the launcher's TMA check)."""
+    import torch
+
+    from ..codegen.abi import VT_PARAMS, struct_of
+    from .driver import launch
+
+    batch, keys, kv_heads, head_dim = v.shape
+    padded = padded_keys(keys)
+    vt = torch.empty((batch, kv_heads, head_dim, padded), dtype=v.dtype, device=v.device)
+    params = struct_of(VT_PARAMS)(v=v.data_ptr(), vt=vt.data_ptr(), batch_stride=v.stride(0),
+                                  row_stride=v.stride(1), head_stride=v.stride(2), keys=keys, padded_keys=padded,
+                                  kv_heads=kv_heads)
+    grid = (-(-padded // TILE_KEYS), head_dim // TILE_DIMS, batch * kv_heads)
+    launch(fn, grid, THREADS, stream, params)
+    return vt
 
 
 def v_transposed(v: Any) -> Any:
@@ -22,7 +51,7 @@ def v_transposed(v: Any) -> Any:
     import torch
 
     batch, keys, kv_heads, head_dim = v.shape
-    padded = -(-keys // GROUP) * GROUP
+    padded = padded_keys(keys)
     raw = v.view(torch.uint8)
     if padded != keys:
         grown = raw.new_zeros((batch, padded, kv_heads, head_dim))
