@@ -995,8 +995,6 @@ constexpr int kPSteps = kBlockN / kMmaK;    // k-steps of O += P V
 // score tiles (spread evenly) take their exp2 from poly_exp2 instead of MUFU.
 static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 16.f, "probabilities up to 2^16 at most");
 static_assert(kExp2PolyTiles >= 0 && kExp2PolyTiles <= kNTiles, "poly tiles");
-// Independent partial maxima and sums per row (a power of two dividing the lane's 2 x kNTiles scores of a row).
-constexpr int kChains = kNTiles % 2 == 0 ? 4 : 2;
 __device__ __forceinline__ constexpr bool poly_tile(int n) {
   return kExp2PolyTiles > 0 && (n * kExp2PolyTiles) % kNTiles < kExp2PolyTiles;
 }
@@ -1043,11 +1041,7 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
     for (int h = 0; h < 2; ++h) {
       const int row = rows.row(t, h, lane);
       const V& var = rows.var(t, h);
-      // The row max over kChains independent partial maxima: one serial chain of fmaxf over the lane's
-      // 2 x kNTiles scores stalls on each one's latency (ncu: FMNMX ~15% of the forward's stall samples).
-      float part[kChains];
-#pragma unroll
-      for (int c = 0; c < kChains; ++c) part[c] = c == 0 ? f.row_max[t][h] : neg_inf();
+      float mx = f.row_max[t][h];
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
@@ -1061,15 +1055,9 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
           if constexpr (kMask) {
             if (!var.visible(row, col)) f.s[t][n][2 * h + e] = neg_inf();
           }
-          float& p = part[(2 * n + e) % kChains];
-          p = fmaxf(p, f.s[t][n][2 * h + e]);
+          mx = fmaxf(mx, f.s[t][n][2 * h + e]);
         }
       }
-#pragma unroll
-      for (int w = kChains / 2; w > 0; w /= 2)
-#pragma unroll
-        for (int c = 0; c < w; ++c) part[c] = fmaxf(part[c], part[c + w]);
-      float mx = part[0];
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       if constexpr (kRescaleThreshold > 0.f) {
@@ -1084,7 +1072,7 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
       // 1 exactly when the reference stays (the O rescale's skip tests for it).
       alpha[t][h] = mx == f.row_max[t][h] ? 1.f : fast_exp2(f.row_max[t][h] * unit - max_scaled);
       f.row_max[t][h] = mx;
-      float sums[kChains] = {};  // partial sums, for the same reason
+      float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
@@ -1092,14 +1080,10 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
           const float x = fmaf(f.s[t][n][2 * h + e], unit, -max_scaled);
           const float pr = poly_tile(n) ? poly_exp2(x) : fast_exp2(x);
           f.s[t][n][2 * h + e] = pr;
-          sums[(2 * n + e) % kChains] += pr;
+          sum += pr;
         }
       }
-#pragma unroll
-      for (int w = kChains / 2; w > 0; w /= 2)
-#pragma unroll
-        for (int c = 0; c < w; ++c) sums[c] += sums[c + w];
-      f.row_sum[t][h] = f.row_sum[t][h] * alpha[t][h] + sums[0];
+      f.row_sum[t][h] = f.row_sum[t][h] * alpha[t][h] + sum;
     }
   }
 }
