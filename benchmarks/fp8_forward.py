@@ -5,6 +5,8 @@ transposing V (runtime/fp8_layout), and FA3's accuracy report (RMSE against floa
 
 Shapes as time_bwd.py: batch x heads = 16384 / seqlen x 2048 / head_dim. The fp8 call includes everything a caller
 pays (V's transpose, the descale factors' packing); `kernel` subtracts the transpose (its entry point) timed alone.
+`graph` times the same calls captured in a CUDA graph (the GPU's time without the host's; short shapes are
+host-bound eagerly, the fp8 call more so: it packs the descales and launches the transpose).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import torch
 
 import attngen
-from attngen.bench.measure import time_ms
+from attngen.bench.measure import graph_ms, time_ms
 from attngen.families.sm90_fwd import vt_entry
 from attngen.runtime import fp8_layout
 from attngen.spec.model import AttentionSpec
@@ -49,7 +51,10 @@ def speed(head_dim: int, seqlen: int, causal: bool) -> dict[str, float]:
     vt = fp8._function(torch.cuda.current_device(), arch).sibling(vt_entry(fp8.cubins[arch].source.plan))
     stream = torch.cuda.current_stream().cuda_stream
     ms_vt = time_ms(lambda: fp8_layout.transpose(vt, stream, v8))
+    g_bf16 = graph_ms(lambda: bf16(qb, kb, vb))
+    g_fp8 = graph_ms(lambda: fp8(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs))
     return {"head_dim": head_dim, "seqlen": seqlen, "causal": causal, "bf16_tflops": flops / ms_bf16 / 1e9,
+            "bf16_graph_tflops": flops / g_bf16 / 1e9, "fp8_graph_tflops": flops / g_fp8 / 1e9,
             "fp8_tflops": flops / ms_fp8 / 1e9, "fp8_kernel_tflops": flops / (ms_fp8 - ms_vt) / 1e9,
             "v_transpose_us": ms_vt * 1e3, "fp8_ms": ms_fp8, "bf16_ms": ms_bf16}
 
@@ -90,7 +95,9 @@ def main() -> None:
                 print(f"hd{d} s{s} {'causal' if causal else 'none'}: bf16 {r['bf16_tflops']:.0f}, fp8 call "
                       f"{r['fp8_tflops']:.0f} ({r['fp8_tflops'] / r['bf16_tflops']:.2f}x), fp8 kernel "
                       f"{r['fp8_kernel_tflops']:.0f} ({r['fp8_kernel_tflops'] / r['bf16_tflops']:.2f}x) TFLOP/s; "
-                      f"V transpose {r['v_transpose_us']:.0f} us", flush=True)
+                      f"V transpose {r['v_transpose_us']:.0f} us; graphs: bf16 {r['bf16_graph_tflops']:.0f}, fp8 "
+                      f"{r['fp8_graph_tflops']:.0f} ({r['fp8_graph_tflops'] / r['bf16_graph_tflops']:.2f}x)",
+                      flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "speed": rows,
