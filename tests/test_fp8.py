@@ -125,3 +125,19 @@ def test_every_fp8_forward_compiles_without_spills(arch: str, mask: str) -> None
         for res in cubin.resources:
             assert 0 < res.registers <= 255
             assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"hd{head_dim} {arch}: {res}"
+
+
+@pytest.mark.parametrize(("head_dim", "extra"), [
+    (128, {"score_mod": {"softcap": 30.0}}),
+    (256, {"sinks": "learnable", "mask": "sliding_window", "window": [128, 0]}),
+    (256, {"score_mod": {"alibi": "standard"}, "mask": "causal"}),
+])
+def test_fp8_variants_compile_on_wgmma_without_spills(head_dim: int, extra: dict) -> None:
+    cubin = attngen.build(fp8(head_dim=head_dim, **extra), "sm90")
+    assert [r.spill_stores + r.spill_loads + r.stack_bytes for r in cubin.resources] == [0, 0]
+
+
+def test_fp8_hd256_softcap_on_wgmma_is_refused_with_the_spill() -> None:
+    """The softcap's tanh needs registers hd256's O (128) and S (64) leave none of: the planner says so."""
+    with pytest.raises(PlanError, match="spilled"):
+        attngen.build(fp8(head_dim=256, score_mod={"softcap": 30.0}), "sm90")
