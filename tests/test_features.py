@@ -206,8 +206,10 @@ def test_the_mma_k_width_is_the_instructions() -> None:
     from attngen.codegen.wgmma import attention_ops
 
     for trait in DTYPES.values():
-        assert all(f"k{trait.mma_k}_" in op.name for op in attention_ops(128, 128, trait.mma_k))
-    assert all(op.name.startswith(("wgmma_m64n128k32_", "wgmma_m64n64k32_")) for op in attention_ops(128, 64, 32))
+        ops = attention_ops(128, 128, trait.mma_k, v_transposed=trait.wgmma_v_box_keys > 0)
+        assert all(f"k{trait.mma_k}_" in op.name for op in ops)
+    assert all(op.name.startswith(("wgmma_m64n128k32_", "wgmma_m64n64k32_"))
+               for op in attention_ops(128, 64, 32, v_transposed=True))
     code = render(plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm90)).code
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in code
 
