@@ -19,7 +19,6 @@ import torch
 
 import attngen
 from attngen.bench.measure import graph_ms, time_ms
-from attngen.families.sm90_fwd import vt_entry
 from attngen.runtime import fp8_layout
 from attngen.spec.model import AttentionSpec
 
@@ -56,10 +55,7 @@ def speed(head_dim: int, seqlen: int, causal: bool) -> dict[str, float]:
     flops = 4 * batch * heads * seqlen ** 2 * head_dim * (0.5 if causal else 1.0)
     ms_bf16 = time_ms(lambda: bf16(qb, kb, vb))
     ms_fp8 = time_ms(lambda: fp8(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs))
-    arch = next(iter(fp8.cubins))
-    vt = fp8._function(torch.cuda.current_device(), arch).sibling(vt_entry(fp8.cubins[arch].source.plan))
-    stream = torch.cuda.current_stream().cuda_stream
-    ms_vt = time_ms(lambda: fp8_layout.transpose(vt, stream, v8))
+    ms_vt = time_ms(lambda: fp8_layout.transpose_for(fp8, v8))
     g_bf16 = graphed(lambda: bf16(qb, kb, vb))
     g_fp8 = graphed(lambda: fp8(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs))
     return {"head_dim": head_dim, "seqlen": seqlen, "causal": causal, "bf16_tflops": flops / ms_bf16 / 1e9,

@@ -87,18 +87,15 @@ def test_fp8_forward_keys_in_order(head_dim: int, mask: str, window: tuple[int, 
 def test_v_transpose_kernel_matches_the_layout(head_dim: int, keys: int) -> None:
     """sm90's transpose entry point gives fp8_layout.v_transposed's bytes, also from a strided view of V."""
     import attngen
-    from attngen.families.sm90_fwd import vt_entry
     from attngen.runtime import fp8_layout
     from attngen.spec.model import AttentionSpec
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the transposed V is sm90's (wgmma) layout")
     kernel = attngen.compile(AttentionSpec(head_dim=head_dim, dtype="fp8_e4m3"))
-    arch = next(iter(kernel.cubins))
-    fn = kernel._function(torch.cuda.current_device(), arch).sibling(vt_entry(kernel.cubins[arch].source.plan))
     wide = torch.randn(3, keys, 5, head_dim, device="cuda").to(torch.float8_e4m3fn)
     for v in (wide.contiguous(), wide[:, :, 1:4]):
-        got = fp8_layout.transpose(fn, torch.cuda.current_stream().cuda_stream, v)
+        got = fp8_layout.transpose_for(kernel, v)
         want = fp8_layout.v_transposed(v)
         assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
 

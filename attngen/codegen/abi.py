@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 from functools import lru_cache, wraps
 from typing import Any
@@ -194,19 +195,11 @@ def layout(fields: tuple[Field, ...]) -> tuple[tuple[str, int], ...]:
 HOPPER_FWD_PARAMS: tuple[Field, ...] = _padded(
     (*(Field(f"tma_{t}", "TensorMap", _MAP) for t in "qkv"), *FWD_PARAMS), TENSOR_MAP_ALIGN)
 
-#: HOPPER_FWD_PARAMS with the descale factors of a descaled (fp8) forward appended (one tuple: struct_of caches by
-#: identity).
-HOPPER_FP8_FWD_PARAMS: tuple[Field, ...] = with_variant(HOPPER_FWD_PARAMS, DESCALE_FIELDS)
-#: FWD_PARAMS with the descale factors (the multistage fp8 forward).
-FP8_FWD_PARAMS: tuple[Field, ...] = FWD_PARAMS + DESCALE_FIELDS
-
-
+@functools.cache
 def forward_base(fields: tuple[Field, ...], descaled: bool) -> tuple[Field, ...]:
     """A forward family's parameter block before the variant's fields: `fields` (FWD_PARAMS or HOPPER_FWD_PARAMS),
-    with the descale factors appended for a descaled dtype."""
-    if not descaled:
-        return fields
-    return HOPPER_FP8_FWD_PARAMS if fields is HOPPER_FWD_PARAMS else FP8_FWD_PARAMS
+    with the descale factors appended for a descaled dtype (cached: struct_of caches by identity)."""
+    return with_variant(fields, DESCALE_FIELDS) if descaled else fields
 
 
 #: The Hopper dK/dV kernel: the tensor maps of Q, K, V, dO and the fp32 dQ accumulator, then the

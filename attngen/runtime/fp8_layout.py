@@ -45,6 +45,19 @@ def transpose(fn: Any, stream: int, v: Any) -> Any:
     return vt
 
 
+def transpose_for(kernel: Any, v: Any) -> Any:
+    """transpose() with the transpose entry point of `kernel` (an fp8 sm90 AttentionKernel) on v's device and its
+    current stream, as the kernel's calls run it."""
+    import torch
+
+    from ..families.sm90_fwd import vt_entry
+    from .device import current_arch
+
+    arch = current_arch(v.device)
+    fn = kernel._function(v.device.index or 0, arch).sibling(vt_entry(kernel.cubins[arch].source.plan))
+    return transpose(fn, torch.cuda.current_stream(v.device).cuda_stream, v)
+
+
 def v_transposed(v: Any) -> Any:
     """(batch, keys, kv_heads, head_dim) 8-bit `v` as a contiguous (batch, kv_heads, head_dim, padded keys) tensor
     of the same dtype, keys in the kernel's order (module docstring). One copy on v's device and stream."""

@@ -76,11 +76,12 @@ class AttentionKernel:
         cu_seqlens_q / cu_seqlens_k of batch + 1 cumulative lengths and the longest lengths max_seqlen_q /
         max_seqlen_k; every mask and score mod applies per sequence; LSE (heads, total_q)."""
         packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+        descaled = dtype_trait(self.spec.dtype).descaled
         descales = {n: variant_args.pop(n) for n in DESCALE_NAMES if n in variant_args}
-        if descales and not dtype_trait(self.spec.dtype).descaled:
+        if descales and not descaled:
             raise ValueError(f"{', '.join(descales)}: descale factors apply to fp8 specs only; spec "
                              f"'{self.spec.name}' is {self.spec.dtype.value}")
-        if packed and dtype_trait(self.spec.dtype).descaled:
+        if packed and descaled:
             raise ValueError(f"cu_seqlens_q / cu_seqlens_k: spec '{self.spec.name}' ({self.spec.dtype.value}) has no "
                              f"packed (varlen) kernel; pass dense (batch, seqlen, heads, head_dim) tensors")
         scale = self._check(q, k, v, softmax_scale, packed)
@@ -96,7 +97,7 @@ class AttentionKernel:
         extras, scalars = variant_args_mod.validate(self.variant.arguments, q, k, variant_args, self.spec.name,
                                                     sizes)
         key = self.varlen_kernel().key if packed else self.key
-        if dtype_trait(self.spec.dtype).descaled:
+        if descaled:
             extras = [*extras, pack_descales(q, k, descales)]  # the launcher takes it back off (the last extra)
         out, lse = op.attention_fwd(q, k, v, scale, key, extras, scalars, seqs)
         return (out, lse) if return_lse else out
