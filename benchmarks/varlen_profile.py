@@ -21,9 +21,8 @@ from attngen.spec.model import AttentionSpec
 HEADS, HD = 16, 128
 
 
-def _varlen_call(impl: str, kernel: Any, lengths: list[int]) -> Callable[..., Any]:
+def _varlen_call(impl: str, kernel: Any, lengths: list[int], longest: int) -> Callable[..., Any]:
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    longest = max(lengths)
     if impl == "fa4":
         fn = peers.fa4().flash_attn_varlen_func
         return lambda q, k, v: peers.first(fn(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest,
@@ -60,20 +59,26 @@ def _row(label: str, impl: str, call: Callable[..., Any], shape: tuple[int, ...]
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--only-varlen", action="store_true")
     args = parser.parse_args()
     kernel = attngen.compile(AttentionSpec.model_validate({"head_dim": HD, "dtype": "bf16", "mask": "causal"}))
     opts = seqlens.VarlenOptions()
     mixed = seqlens.doc_lengths(opts.total_tokens, opts.min_len, opts.max_len, opts.seed)
     print(f"{torch.cuda.get_device_name()}; mixed documents: {sorted(mixed)}")
+    # (label, document lengths or None for dense, dense length or the max_seqlen passed (0: the longest))
     rows: list[tuple[str, list[int] | None, int]] = [
         ("varlen mixed 18 docs", mixed, 0), ("varlen 16 x 2k", [2048] * 16, 0),
+        ("varlen 16 x 2k, max 8k", [2048] * 16, 8192), ("varlen 16 x 2k, max 32k", [2048] * 16, 32768),
         ("dense 4 x 8k", None, 8192), ("dense 16 x 2k", None, 2048)]
+    if args.only_varlen:
+        rows = [r for r in rows if r[1] is not None]
     for _ in range(args.rounds):
         for label, lengths, dense_len in rows:
             for impl in ("attngen", "fa4"):
                 try:
                     if lengths is not None:
-                        call, shape = _varlen_call(impl, kernel, lengths), (sum(lengths), HEADS, HD)
+                        longest = dense_len or max(lengths)
+                        call, shape = _varlen_call(impl, kernel, lengths, longest), (sum(lengths), HEADS, HD)
                         flops = seqlens.causal_flops(lengths, HD, HEADS, passes=1)
                     else:
                         batch = 32768 // dense_len
