@@ -25,14 +25,17 @@ class Field:
 _PTR, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
 
 #: Where each batch entry's sequences sit (the kernels' SeqLens): int32 cumulative lengths of packed
-#: (varlen) queries and keys, the keys each entry uses (a KV cache), the order in which the grid visits packed
-#: entries (longest first), each null when absent; the LSE's batch and head strides (flash_attn's layouts:
-#: (batch, heads, seqlen_q) dense, (heads, total_q) packed).
+#: (varlen) queries and keys, the keys each entry uses (a KV cache), the order in which a 3-D grid visits packed
+#: entries (longest first), a packed batch's tile table for a flat grid (TILE_TABLE_PARAMS; its rows: entries + 1),
+#: each null when absent; the LSE's batch and head strides (flash_attn's layouts: (batch, heads, seqlen_q) dense,
+#: (heads, total_q) packed).
 SEQLEN_FIELDS: tuple[Field, ...] = (
     Field("cu_seqlens_q", "const int*", _PTR),
     Field("cu_seqlens_k", "const int*", _PTR),
     Field("seqused_k", "const int*", _PTR),
     Field("batch_order", "const int*", _PTR),
+    Field("tile_table", "const int4*", _PTR),
+    Field("tile_entries", "int", _I32),
     Field("lse_batch_stride", "long long", _I64),
     Field("lse_head_stride", "long long", _I64),
 )
@@ -71,6 +74,22 @@ VT_PARAMS: tuple[Field, ...] = (
     Field("keys", "int", _I32),
     Field("padded_keys", "int", _I32),
     Field("kv_heads", "int", _I32),
+)
+
+#: The tile table of a packed batch's flat grid (templates/common/tile_table.cuh.j2, runtime/tile_table.py): the
+#: cumulative lengths, the table (int4 rows), the entries, which side's rows are tiled (0 queries, 1 keys), and
+#: the tiles' rows after rounding each entry up to pad_rows.
+#: Entries a tile table ranks at most: its one block ranks them in shared-memory arrays of this size (48 KB of
+#: static shared memory at 2048); a batch of more entries keeps the 3-D grid.
+TILE_TABLE_MAX_ENTRIES = 2048
+TILE_TABLE_PARAMS: tuple[Field, ...] = (
+    Field("cu_seqlens_q", "const int*", _PTR),
+    Field("cu_seqlens_k", "const int*", _PTR),
+    Field("table", "int4*", _PTR),
+    Field("entries", "int", _I32),
+    Field("key_side", "int", _I32),
+    Field("tile_rows", "int", _I32),
+    Field("pad_rows", "int", _I32),
 )
 
 #: The decode kernels' block (attngen/families/sm80_decode.py): the forward's, then a paged cache's block table

@@ -14,6 +14,7 @@ from ..features.variant import variant_of
 from ..features.variant_cxx import variant_context
 from ..paths import templates_dir
 from ..toolchain.artifacts import KernelSource, Plan
+from . import abi
 
 
 def _environment() -> jinja2.Environment:
@@ -76,6 +77,10 @@ def common_context(plan: Plan, plan_line: str) -> dict[str, object]:
         "head_dim": spec.head_dim,
         "variant": variant_context(variant_of(spec)),
         "varlen": spec.seqlens.value == "varlen",
+        # A varlen plan's cubin also builds its flat grid's tile table (templates/common/tile_table.cuh.j2).
+        "tile_table_params": abi.TILE_TABLE_PARAMS,
+        "tile_table_params_layout": abi.layout(abi.TILE_TABLE_PARAMS),
+        "tile_table_max": abi.TILE_TABLE_MAX_ENTRIES,
     }
 
 

@@ -396,10 +396,13 @@ class Sm90Forward(ForwardFamily):
                 f"regs={r.producer_regs}/{r.consumer_regs} smem={plan.smem_bytes}B")
 
     def render(self, plan: KernelPlan) -> KernelSource:
-        """The forward's entry point, and with a transposed V (fp8) the transpose's (vt_entry)."""
+        """The forward's entry point, with a transposed V (fp8) the transpose's (vt_entry), and for varlen the tile
+        table's (runtime/tile_table.py)."""
         from ..codegen.renderer import render_source
+        from ..runtime import tile_table
 
-        entries = (plan.kernel_name, vt_entry(plan)) if v_box_keys(plan.spec) else (plan.kernel_name,)
+        entries = (plan.kernel_name, *((vt_entry(plan),) if v_box_keys(plan.spec) else ()),
+                   *((tile_table.entry_name(plan.kernel_name),) if plan.spec.seqlens.value == "varlen" else ()))
         return render_source(plan, self.template, self.context(plan), entries)
 
     def context(self, plan: KernelPlan) -> dict[str, object]:
@@ -414,14 +417,15 @@ class Sm90Forward(ForwardFamily):
 
     def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
                softmax_scale: float, args: Any, seqs: Any) -> None:
-        from ..runtime import fp8_layout, tma
+        from ..runtime import fp8_layout, tile_table, tma
         from ..runtime.driver import launch
         from ..runtime.kernel import forward_params
 
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
+        flat = tile_table.serves(seqs)   # packed: a flat grid of the entries' query tiles
         params = forward_params(with_variant(base_fields(plan.spec), args.fields), q, k, v, out, lse, softmax_scale,
-                                args, seqs)
+                                args, seqs, order=not flat)
         # An 8-bit V goes in transposed (keys contiguous), as (batch, head_dim, kv_heads, keys) for the map: rows of
         # the box are head-dim rows, its 128-byte columns keys.
         v_map = (tma.map_key(fp8_layout.transpose(fn.sibling(vt_entry(plan)), stream, v).permute(0, 2, 1, 3),
@@ -430,7 +434,13 @@ class Sm90Forward(ForwardFamily):
         for field, key in (("tma_q", tma.map_key(q, plan.block_m)), ("tma_k", tma.map_key(k, plan.block_n)),
                            ("tma_v", v_map)):
             tma.fill(params, field, tma.tensor_map(key))
-        launch(fn, seqs.grid(plan.block_m), plan.threads, stream, params)
+        grid = seqs.grid(plan.block_m)
+        if flat:
+            side = tile_table.TileSide(key_side=False, tile_rows=plan.block_m)
+            table = tile_table.build(fn.sibling(tile_table.entry_name(plan.kernel_name)), stream, seqs, side)
+            tile_table.attach(params, table, seqs)
+            grid = (tile_table.blocks(seqs, side, seqs.heads, q.shape[1]), 1, 1)
+        launch(fn, grid, plan.threads, stream, params)
 
 
 def vt_entry(plan: KernelPlan) -> str:

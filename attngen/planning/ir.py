@@ -358,7 +358,8 @@ class HopperBwdPlan(_Frozen):
     spec: AttentionSpec
     arch: Arch
     family: str
-    #: Entry points append _preprocess and _dkdv_wgmma, and _dq_convert with a tile-ordered dQ (dkdv_wgmma.dq_red).
+    #: Entry points append _preprocess and _dkdv_wgmma, _dq_convert with a tile-ordered dQ (dkdv_wgmma.dq_red), and
+    #: _tiles for varlen.
     kernel_name: str
     dkdv_wgmma: HopperBwdTiling
     preprocess_rows: int = 32
@@ -368,7 +369,9 @@ class HopperBwdPlan(_Frozen):
     @property
     def entry_names(self) -> tuple[str, ...]:
         convert = (f"{self.kernel_name}_dq_convert",) if self.dkdv_wgmma.dq_red else ()
-        return (f"{self.kernel_name}_preprocess", self.wgmma_entry, *convert)
+        # A varlen plan's cubin builds its flat grids' tile tables (runtime/tile_table.py).
+        tiles = (f"{self.kernel_name}_tiles",) if self.spec.seqlens.value == "varlen" else ()
+        return (f"{self.kernel_name}_preprocess", self.wgmma_entry, *convert, *tiles)
 
     @property
     def wgmma_entry(self) -> str:

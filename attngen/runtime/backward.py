@@ -184,10 +184,10 @@ def _struct(fields: tuple[Field, ...]) -> type[Any]:
 
 def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, softmax_scale: float,
-                args: VariantArgs, seqs: Seqlens) -> Any:
+                args: VariantArgs, seqs: Seqlens, order: bool = True) -> Any:
     """A backward parameter block of `fields` (a family's: the common fields, maybe more in front) with the
     pointers, strides, shapes and scales every backward kernel reads; family-specific fields (TMA maps)
-    are left for the family to fill."""
+    are left for the family to fill. `order`: Seqlens.fill's."""
     params = _struct(fields)(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(), lse=lse.data_ptr(),
         delta=b.delta.data_ptr(), dlse=b.dlse.data_ptr() if b.dlse is not None else 0,
@@ -197,21 +197,30 @@ def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: to
         seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2],
         kv_heads=k.shape[2], scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
     set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=b.dq, dk=b.dk, dv=b.dv)
-    seqs.fill(params)
+    seqs.fill(params, order=order)
     args.fill(params)
     return params
 
 
-def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, seqs: Seqlens, b: Buffers) -> None:
+def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, seqs: Seqlens, b: Buffers,
+               tiles_entry: str | None = None) -> None:
     """D = rowsum(dO * O) per query row (`rows` rows per block), less the LSE's gradient when there is one (d lse /
     d S = P: the LSE's gradient enters dS = P (dP - D) as D - dlse); with padded rows also the LSE in log2 units
-    and the padding of each entry's last tile."""
+    and the padding of each entry's last tile. `tiles_entry`: the cubin's tile table builder, for a packed batch's
+    flat grid (runtime/tile_table.py)."""
+    from . import tile_table
     from .driver import launch
 
-    if seqs.seqlen_q:
-        # Padded rows: the grid covers the longest entry's rows rounded up to a tile.
-        covered = -(-seqs.seqlen_q // b.pad_rows) * b.pad_rows if b.pad_rows else seqs.seqlen_q
-        launch(function(entry, 0), seqs.grid(rows, covered), PRE_THREADS, stream, params)
+    if not seqs.seqlen_q:
+        return
+    # Padded rows: the grid covers the longest entry's rows rounded up to a tile.
+    covered = -(-seqs.seqlen_q // b.pad_rows) * b.pad_rows if b.pad_rows else seqs.seqlen_q
+    grid = seqs.grid(rows, covered)
+    if tiles_entry is not None and tile_table.serves(seqs):
+        side = tile_table.TileSide(key_side=False, tile_rows=rows, pad_rows=b.pad_rows)
+        tile_table.attach(params, tile_table.build(function(tiles_entry, 0), stream, seqs, side), seqs)
+        grid = (tile_table.blocks(seqs, side, seqs.heads, b.dq.shape[1]), 1, 1)
+    launch(function(entry, 0), grid, PRE_THREADS, stream, params)
 
 
 def finish(b: Buffers, seqlen_k: int, softmax_scale: float,

@@ -238,15 +238,15 @@ class AttentionKernel:
 
 
 def forward_params(fields: tuple[Any, ...], q: Any, k: Any, v: Any, out: Any, lse: Any, softmax_scale: float,
-                   args: VariantArgs, seqs: Seqlens) -> Any:
+                   args: VariantArgs, seqs: Seqlens, order: bool = True) -> Any:
     """A family's forward parameter block (of `fields`, the variant's included) with the pointers, strides,
     shapes, scale and variant arguments every forward kernel reads; family-specific fields (TMA maps) are
-    left for the family to fill."""
+    left for the family to fill. `order`: Seqlens.fill's."""
     params = struct_of(fields)(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
                                seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2], kv_heads=k.shape[2],
                                scale_log2=softmax_scale * math.log2(math.e))
     set_strides(params, q=q, k=k, v=v, o=out)
-    seqs.fill(params)
+    seqs.fill(params, order=order)
     args.fill(params)
     return params
 

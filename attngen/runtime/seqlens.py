@@ -85,18 +85,19 @@ class Seqlens:
         rows = self.seqlen_q if rows is None else rows
         return (-(-rows // block_rows), self.heads, self.batch)
 
-    def fill(self, params: Any) -> None:
+    def fill(self, params: Any, order: bool = True) -> None:
         """The SeqLens fields of a parameter block whose strides are set (set_strides): lengths, the
-        cumulative-length pointers, the LSE's strides, and batch strides 0 on a packed side."""
+        cumulative-length pointers, the LSE's strides, and batch strides 0 on a packed side. `order`: the entries'
+        order for a 3-D grid (batch_order; a kernel on a flat grid reads its tile table instead)."""
         params.seqlen_q = self.seqlen_q
         params.seqlen_k = self.seqlen_k
         for name in ("cu_seqlens_q", "cu_seqlens_k", "seqused_k"):
             t = getattr(self, name)
             setattr(params, name, t.data_ptr() if t is not None else 0)
         names = {f[0] for f in params._fields_}
-        if "batch_order" in names:
-            order = self.batch_order
-            params.batch_order = order.data_ptr() if order is not None else 0
+        if "batch_order" in names and order:
+            entries = self.batch_order
+            params.batch_order = entries.data_ptr() if entries is not None else 0
         if self.is_packed:
             params.lse_batch_stride, params.lse_head_stride = 0, self.total_q
             for side in (Q_SIDE, K_SIDE):

@@ -226,6 +226,8 @@ struct Params {
   const int* cu_seqlens_k;
   const int* seqused_k;
   const int* batch_order;
+  const int4* tile_table;
+  int tile_entries;
   long long lse_batch_stride;
   long long lse_head_stride;
   int seqlen_q;
@@ -236,7 +238,7 @@ struct Params {
 };
 // The launcher fills this struct through its ctypes twin (attngen/abi.py): same offsets, same size.
 // NVRTC releases without __builtin_offsetof (13.0) check the size only.
-static_assert(sizeof(Params) == 208, "kernel parameter block differs from attngen.abi");
+static_assert(sizeof(Params) == 224, "kernel parameter block differs from attngen.abi");
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_offsetof)
 static_assert(__builtin_offsetof(Params, q) == 0, "parameter q differs from attngen.abi");
@@ -260,13 +262,15 @@ static_assert(__builtin_offsetof(Params, cu_seqlens_q) == 136, "parameter cu_seq
 static_assert(__builtin_offsetof(Params, cu_seqlens_k) == 144, "parameter cu_seqlens_k differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, seqused_k) == 152, "parameter seqused_k differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, batch_order) == 160, "parameter batch_order differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, lse_batch_stride) == 168, "parameter lse_batch_stride differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, lse_head_stride) == 176, "parameter lse_head_stride differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, seqlen_q) == 184, "parameter seqlen_q differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, seqlen_k) == 188, "parameter seqlen_k differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, heads) == 192, "parameter heads differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, kv_heads) == 196, "parameter kv_heads differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, scale_log2) == 200, "parameter scale_log2 differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, tile_table) == 168, "parameter tile_table differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, tile_entries) == 176, "parameter tile_entries differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, lse_batch_stride) == 184, "parameter lse_batch_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, lse_head_stride) == 192, "parameter lse_head_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_q) == 200, "parameter seqlen_q differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_k) == 204, "parameter seqlen_k differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, heads) == 208, "parameter heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, kv_heads) == 212, "parameter kv_heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, scale_log2) == 216, "parameter scale_log2 differs from attngen.abi");
 #endif
 #endif
 
@@ -644,6 +648,39 @@ template <class P>
 __device__ __forceinline__ int entry_of(const P& p, int z) {
   if constexpr (!kOrderEntries) return z;
   return p.batch_order != nullptr ? p.batch_order[z] : z;
+}
+
+// A packed batch's flat grid (p.tile_table, built by the cubin's _tiles entry: templates/common/tile_table.cuh.j2):
+// block t takes tile `tile` of `tiles` of head `head` of entry `entry`, the entries in order of decreasing work and
+// every head of an entry before the next entry, as a 3-D grid's (tile, head, entry) order would visit them but with
+// no block past an entry's rows; entry -1: past the last tile. Each warp searches the table itself, 32 rows a load
+// (the last row at or below t).
+struct GridTile {
+  int entry, head, tile, tiles;
+};
+
+template <class P>
+__device__ __forceinline__ GridTile flat_tile(const P& p, int heads, int t) {
+  const int lane = threadIdx.x % 32;
+  int lo = 0, n = p.tile_entries + 1;   // the entries' rows and the closing row
+  int4 row = make_int4(0, -1, 0, 0);
+  while (n > 0) {
+    const int step = (n + 31) / 32;
+    const int i = lane * step;
+    const int4 r = i < n ? p.tile_table[lo + i] : make_int4(0, -1, 0, 0);
+    const unsigned below = __ballot_sync(0xffffffffu, i < n && (long long)r.x * heads <= t);
+    const int k = 31 - __clz(below);   // row lo starts at or below t, so some lane is
+    if (step == 1) {
+      row = make_int4(__shfl_sync(0xffffffffu, r.x, k), __shfl_sync(0xffffffffu, r.y, k),
+                      __shfl_sync(0xffffffffu, r.z, k), 0);
+      break;
+    }
+    lo += k * step;
+    n = min(step, n - k * step);
+  }
+  if (row.y < 0 || row.z == 0) return GridTile{-1, 0, 0, 0};
+  const int r = t - row.x * heads;
+  return GridTile{row.y, r / row.z, r % row.z, row.z};
 }
 
 template <class P>

@@ -454,6 +454,8 @@ struct Params {
   const int* cu_seqlens_k;
   const int* seqused_k;
   const int* batch_order;
+  const int4* tile_table;
+  int tile_entries;
   long long lse_batch_stride;
   long long lse_head_stride;
   int seqlen_q;
@@ -461,7 +463,7 @@ struct Params {
   int heads;
   int kv_heads;
   float scale_log2;
-  unsigned char tail_pad[48];
+  unsigned char tail_pad[32];
 };
 // The launcher fills this struct through its ctypes twin (attngen/abi.py): same offsets, same size.
 // NVRTC releases without __builtin_offsetof (13.0) check the size only.
@@ -492,14 +494,16 @@ static_assert(__builtin_offsetof(Params, cu_seqlens_q) == 520, "parameter cu_seq
 static_assert(__builtin_offsetof(Params, cu_seqlens_k) == 528, "parameter cu_seqlens_k differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, seqused_k) == 536, "parameter seqused_k differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, batch_order) == 544, "parameter batch_order differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, lse_batch_stride) == 552, "parameter lse_batch_stride differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, lse_head_stride) == 560, "parameter lse_head_stride differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, seqlen_q) == 568, "parameter seqlen_q differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, seqlen_k) == 572, "parameter seqlen_k differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, heads) == 576, "parameter heads differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, kv_heads) == 580, "parameter kv_heads differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, scale_log2) == 584, "parameter scale_log2 differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, tail_pad) == 588, "parameter tail_pad differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, tile_table) == 552, "parameter tile_table differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, tile_entries) == 560, "parameter tile_entries differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, lse_batch_stride) == 568, "parameter lse_batch_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, lse_head_stride) == 576, "parameter lse_head_stride differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_q) == 584, "parameter seqlen_q differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, seqlen_k) == 588, "parameter seqlen_k differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, heads) == 592, "parameter heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, kv_heads) == 596, "parameter kv_heads differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, scale_log2) == 600, "parameter scale_log2 differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, tail_pad) == 604, "parameter tail_pad differs from attngen.abi");
 #endif
 #endif
 
@@ -877,6 +881,39 @@ template <class P>
 __device__ __forceinline__ int entry_of(const P& p, int z) {
   if constexpr (!kOrderEntries) return z;
   return p.batch_order != nullptr ? p.batch_order[z] : z;
+}
+
+// A packed batch's flat grid (p.tile_table, built by the cubin's _tiles entry: templates/common/tile_table.cuh.j2):
+// block t takes tile `tile` of `tiles` of head `head` of entry `entry`, the entries in order of decreasing work and
+// every head of an entry before the next entry, as a 3-D grid's (tile, head, entry) order would visit them but with
+// no block past an entry's rows; entry -1: past the last tile. Each warp searches the table itself, 32 rows a load
+// (the last row at or below t).
+struct GridTile {
+  int entry, head, tile, tiles;
+};
+
+template <class P>
+__device__ __forceinline__ GridTile flat_tile(const P& p, int heads, int t) {
+  const int lane = threadIdx.x % 32;
+  int lo = 0, n = p.tile_entries + 1;   // the entries' rows and the closing row
+  int4 row = make_int4(0, -1, 0, 0);
+  while (n > 0) {
+    const int step = (n + 31) / 32;
+    const int i = lane * step;
+    const int4 r = i < n ? p.tile_table[lo + i] : make_int4(0, -1, 0, 0);
+    const unsigned below = __ballot_sync(0xffffffffu, i < n && (long long)r.x * heads <= t);
+    const int k = 31 - __clz(below);   // row lo starts at or below t, so some lane is
+    if (step == 1) {
+      row = make_int4(__shfl_sync(0xffffffffu, r.x, k), __shfl_sync(0xffffffffu, r.y, k),
+                      __shfl_sync(0xffffffffu, r.z, k), 0);
+      break;
+    }
+    lo += k * step;
+    n = min(step, n - k * step);
+  }
+  if (row.y < 0 || row.z == 0) return GridTile{-1, 0, 0, 0};
+  const int r = t - row.x * heads;
+  return GridTile{row.y, r / row.z, r % row.z, row.z};
 }
 
 template <class P>
@@ -1668,9 +1705,16 @@ __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params
 __device__ __forceinline__ void fwd_block_ws(const Params& p, unsigned char* smem_raw) {
   // The planner keeps 1024 bytes spare so the tiles can start on a 1024-byte boundary.
   unsigned char* smem = smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024);
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query blocks of a causal mask first
-  const int head = blockIdx.y;
-  const int batch = entry_of(p, blockIdx.z);   // packed: longest sequences first
+  int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query blocks of a causal mask first
+  int head = blockIdx.y;
+  int batch = entry_of(p, blockIdx.z);   // packed: longest sequences first
+  if (kVarlen && p.tile_table != nullptr) {   // packed, on a flat grid of the entries' query tiles
+    const GridTile g = flat_tile(p, p.heads, blockIdx.x);
+    if (g.entry < 0) return;
+    m_block = g.tiles - 1 - g.tile;
+    head = g.head;
+    batch = g.entry;
+  }
   const int kv_head = head / (p.heads / p.kv_heads);
   const u32 base = smem_addr(smem);
   const int warpgroup = threadIdx.x / 128;

@@ -1,0 +1,116 @@
+"""The flat grid of a packed (varlen) batch: one block per (entry, head, tile) that exists, none past an entry's rows.
+
+A 3-D grid (tiles of the longest entry, heads, entries) launches a block for every tile of the longest entry in
+every entry; a block past its entry's rows exits, but only after loading the lengths, ~0.6 us of an SM each on
+the H100 (benchmarks/results/h100/varlen_grid: 16 entries of 2k with max_seqlen 32k took the forward from 0.54 to
+0.83 ms). The flat grid's blocks find their tile in a table the cubin's `<kernel>_tiles` entry builds on the GPU
+from the cumulative lengths (templates/common/tile_table.cuh.j2), so no host sync learns the lengths: the grid is
+sized by an upper bound on the tiles and the few blocks past the last one exit. Entries keep the 3-D grid's order
+(decreasing work, every head of an entry before the next), and batches of more than MAX_ENTRIES entries keep the
+3-D grid (the table's block ranks entries in shared memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from ..codegen.abi import TILE_TABLE_MAX_ENTRIES as MAX_ENTRIES
+from ..codegen.abi import TILE_TABLE_PARAMS, ctypes_struct
+
+#: Threads of the table's one block (templates/common/tile_table.cuh.j2 kTableThreads).
+TABLE_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class TileSide:
+    """Which rows of the entries a kernel's blocks tile: the keys (key_side) or the queries, `tile_rows` a block,
+    each entry's rows first rounded up to `pad_rows`."""
+    key_side: bool
+    tile_rows: int
+    pad_rows: int = 0
+
+    @property
+    def pad(self) -> int:
+        return self.pad_rows or self.tile_rows
+
+
+def entry_name(kernel_name: str) -> str:
+    """The table builder's entry point in a varlen plan's cubin."""
+    return f"{kernel_name}_tiles"
+
+
+def serves(seqs: Any) -> bool:
+    """Whether a call runs on a flat grid: packed, with at most MAX_ENTRIES entries."""
+    return bool(seqs.is_packed) and 0 < seqs.batch <= MAX_ENTRIES
+
+
+def blocks(seqs: Any, side: TileSide, heads: int, total_rows: int) -> int:
+    """The flat grid's blocks: heads x an upper bound on the entries' tiles (`total_rows` the packed side's rows):
+    each entry adds at most one partial padding unit and one partial tile to its rows' share, and no entry has
+    more tiles than the longest."""
+    longest = seqs.seqlen_k if side.key_side else seqs.seqlen_q
+    per_entry = -(-(-(-longest // side.pad) * side.pad) // side.tile_rows)
+    bound = -(-(total_rows + seqs.batch * (side.pad - 1)) // side.tile_rows) + seqs.batch
+    return heads * max(0, min(bound, seqs.batch * per_entry))
+
+
+def build(fn: Any, stream: int, seqs: Any, side: TileSide) -> Any:
+    """The table of `side` for a packed call (an int32 tensor of entries + 1 rows of 4), built on `stream` by the
+    cubin's table entry point `fn` (a LoadedFunction)."""
+    import torch
+
+    from .driver import launch
+
+    table = torch.empty((seqs.batch + 1, 4), dtype=torch.int32, device=seqs.cu_seqlens_q.device)
+    params = _struct()(cu_seqlens_q=seqs.cu_seqlens_q.data_ptr(), cu_seqlens_k=seqs.cu_seqlens_k.data_ptr(),
+                       table=table.data_ptr(), entries=seqs.batch, key_side=int(side.key_side),
+                       tile_rows=side.tile_rows, pad_rows=side.pad)
+    launch(fn, (1, 1, 1), TABLE_THREADS, stream, params)
+    return table
+
+
+def attach(params: Any, table: Any, seqs: Any) -> None:
+    """Point a kernel's parameter block at a table (None: the 3-D grid)."""
+    params.tile_table = table.data_ptr() if table is not None else 0
+    params.tile_entries = seqs.batch if table is not None else 0
+
+
+def reference(cu_q: list[int], cu_k: list[int], side: TileSide) -> list[tuple[int, int, int, int]]:
+    """The table the kernel builds, in Python: rows (first tile, entry, tiles, 0) by decreasing work (ties by
+    index), then (all tiles, -1, 0, 0)."""
+    n = len(cu_q) - 1
+    sq = [cu_q[i + 1] - cu_q[i] for i in range(n)]
+    sk = [cu_k[i + 1] - cu_k[i] for i in range(n)]
+    order = sorted(range(n), key=lambda i: (-sq[i] * sk[i], i))
+    rows, start = [], 0
+    for i in order:
+        length = sk[i] if side.key_side else sq[i]
+        tiles = -(-(-(-length // side.pad) * side.pad) // side.tile_rows)
+        rows.append((start, i, tiles, 0))
+        start += tiles
+    return [*rows, (start, -1, 0, 0)]
+
+
+def lookup(table: list[tuple[int, int, int, int]], heads: int, t: int) -> tuple[int, int, int, int]:
+    """Block t's (entry, head, tile, tiles), as the kernels' flat_tile finds it (the last row starting at or below
+    t, searched 32 rows a step); entry -1 past the last tile."""
+    lo, n = 0, len(table)
+    while True:
+        step = -(-n // 32)
+        below = [k for k in range(32) if k * step < n and table[lo + k * step][0] * heads <= t]
+        k = max(below)
+        if step == 1:
+            start, entry, tiles, _ = table[lo + k]
+            break
+        lo, n = lo + k * step, min(step, n - k * step)
+    if entry < 0 or tiles == 0:
+        return (-1, 0, 0, 0)
+    r = t - start * heads
+    return (entry, r // tiles, r % tiles, tiles)
+
+
+@cache
+def _struct() -> type[Any]:
+    return ctypes_struct(TILE_TABLE_PARAMS, "TileTableParams")
