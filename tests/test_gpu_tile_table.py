@@ -1,6 +1,6 @@
-"""GPU tests of a packed batch's flat grid (attngen/runtime/tile_table.py): the table the cubin builds against the
-Python one, many entries (the two-step search) with a max_seqlen far past the longest entry, and a batch too large
-for a table (the 3-D grid), forward and backward against the float64 reference.
+"""GPU tests of a packed batch's flat grid (attngen/runtime/tile_table.py): the table (and the entry order) the
+cubin builds against the Python one, many entries (the two-step search) with a max_seqlen far past the longest
+entry, and a batch too large for a table (the 3-D grid), forward and backward against the float64 reference.
 
 Run on a machine with a CUDA device: `python -m pytest -m gpu tests/test_gpu_tile_table.py`.
 """
@@ -65,8 +65,10 @@ def test_the_cubins_table_is_the_reference(entries: int) -> None:
     seqs = Seqlens.packed(q, cu_q, cu_k, max(lq), max(lk))
     stream = torch.cuda.current_stream().cuda_stream
     for side in (TileSide(False, 128), TileSide(True, 128), TileSide(False, 32, pad_rows=64)):
-        got = tile_table.build(fn, stream, seqs, side).tolist()
-        assert [tuple(r) for r in got] == tile_table.reference(cu_q.tolist(), cu_k.tolist(), side)
+        table = tile_table.build(fn, stream, seqs, side)
+        expected = tile_table.reference(cu_q.tolist(), cu_k.tolist(), side)
+        assert [tuple(r) for r in table.rows.tolist()] == expected
+        assert table.order.tolist() == [r[1] for r in expected[:-1]]
 
 
 def _step(kernel: attngen.AttentionKernel, lengths: list[int], max_seqlen: int, seed: int,

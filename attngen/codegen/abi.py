@@ -77,8 +77,9 @@ VT_PARAMS: tuple[Field, ...] = (
 )
 
 #: The tile table of a packed batch's flat grid (templates/common/tile_table.cuh.j2, runtime/tile_table.py): the
-#: cumulative lengths, the table (int4 rows), the entries, which side's rows are tiled (0 queries, 1 keys), and
-#: the tiles' rows after rounding each entry up to pad_rows.
+#: cumulative lengths, the table (int4 rows), the entries alone in the table's order (a 3-D grid's batch_order),
+#: the entries, which side's rows are tiled (0 queries, 1 keys), and the tiles' rows after rounding each entry up
+#: to pad_rows.
 #: Entries a tile table ranks at most: its one block ranks them in shared-memory arrays of this size (48 KB of
 #: static shared memory at 2048); a batch of more entries keeps the 3-D grid.
 TILE_TABLE_MAX_ENTRIES = 2048
@@ -86,6 +87,7 @@ TILE_TABLE_PARAMS: tuple[Field, ...] = (
     Field("cu_seqlens_q", "const int*", _PTR),
     Field("cu_seqlens_k", "const int*", _PTR),
     Field("table", "int4*", _PTR),
+    Field("order", "int*", _PTR),
     Field("entries", "int", _I32),
     Field("key_side", "int", _I32),
     Field("tile_rows", "int", _I32),

@@ -295,15 +295,14 @@ class Sm90Backward(BackwardFamily):
         # tile-ordered dQ accumulator (dq_red), whose tiles the consumers add in fragment order.
         b = rt.buffers(q, k, v, accumulate=True, entries=seqs.batch, pad_rows=h.block_m, dlse=dlse,
                        semaphores=h.ordered_dq, tiled_dq=h.dq_red)
-        # Packed: the preprocess and the dK/dV kernel run on flat grids of the entries' tiles (runtime/tile_table.py),
-        # but an ordered dQ's semaphores count the 3-D grid's blocks.
+        # Packed: the preprocess runs on a flat grid of the entries' tiles (runtime/tile_table.py); its table's entry
+        # order is the dK/dV kernel's batch_order (a 3-D grid).
         tiles_entry = tile_table.entry_name(plan.kernel_name) if tile_table.serves(seqs) else None
-        flat_dkdv = tiles_entry is not None and not h.ordered_dq
         params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse, softmax_scale,
                                 args, seqs, order=False)
         # The wgmma kernel's block (dq_convert's too): the five tensor maps, then the same fields.
         hopper = rt.param_block(with_variant(HOPPER_BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
-                                softmax_scale, args, seqs, order=not flat_dkdv)
+                                softmax_scale, args, seqs, order=tiles_entry is None)
         for field, x, rows in (("tma_q", q, h.block_m), ("tma_do", dout, h.block_m), ("tma_k", k, h.block_n),
                                ("tma_v", v, h.block_n)):
             tma.fill(hopper, field, tma.tensor_map(tma.map_key(x, rows)))
@@ -312,15 +311,14 @@ class Sm90Backward(BackwardFamily):
             # tile-ordered accumulator need no map: the kernels leave it unread).
             tma.fill(hopper, "tma_dq_accum", tma.tensor_map(tma.map_key(b.dq_accum, wgmma.M)))
         pre, dkdv = plan.entry_names[:2]
-        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b, tiles_entry)
+        table = rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b, tiles_entry)
+        if tiles_entry is not None:
+            order = table.order if table is not None else seqs.batch_order
+            hopper.batch_order = order.data_ptr() if order is not None else 0
         batch, seqlen_k, kv_heads = seqs.batch, seqs.seqlen_k, k.shape[2]
         if seqlen_k:
-            grid = (-(-seqlen_k // h.block_n), kv_heads, batch)
-            if flat_dkdv and tiles_entry is not None:
-                side = tile_table.TileSide(key_side=True, tile_rows=h.block_n)
-                tile_table.attach(hopper, tile_table.build(function(tiles_entry, 0), stream, seqs, side), seqs)
-                grid = (tile_table.blocks(seqs, side, kv_heads, k.shape[1]), 1, 1)
-            launch(function(dkdv, h.smem_bytes), grid, h.threads, stream, hopper)
+            launch(function(dkdv, h.smem_bytes), (-(-seqlen_k // h.block_n), kv_heads, batch), h.threads, stream,
+                   hopper)
         if h.dq_red and seqs.seqlen_q:
             # One block per (query tile, head, entry) of the tile-ordered accumulator: dQ scaled, in the input dtype.
             launch(function(plan.entry_names[2], 0), seqs.grid(h.block_m), DQ_CONVERT_THREADS, stream, hopper)

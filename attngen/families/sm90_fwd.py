@@ -438,7 +438,7 @@ class Sm90Forward(ForwardFamily):
         if flat:
             side = tile_table.TileSide(key_side=False, tile_rows=plan.block_m)
             table = tile_table.build(fn.sibling(tile_table.entry_name(plan.kernel_name)), stream, seqs, side)
-            tile_table.attach(params, table, seqs)
+            table.attach(params, seqs.batch)
             grid = (tile_table.blocks(seqs, side, seqs.heads, q.shape[1]), 1, 1)
         launch(fn, grid, plan.threads, stream, params)
 

@@ -26,6 +26,8 @@ from .variant_args import KernelVariant, VariantArgs
 if TYPE_CHECKING:
     import torch
 
+    from .tile_table import TileTable
+
 #: Threads of a preprocess block (4 warps, BwdPlan.preprocess_rows query rows).
 PRE_THREADS = 128
 
@@ -203,24 +205,26 @@ def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: to
 
 
 def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, seqs: Seqlens, b: Buffers,
-               tiles_entry: str | None = None) -> None:
+               tiles_entry: str | None = None) -> TileTable | None:
     """D = rowsum(dO * O) per query row (`rows` rows per block), less the LSE's gradient when there is one (d lse /
     d S = P: the LSE's gradient enters dS = P (dP - D) as D - dlse); with padded rows also the LSE in log2 units
     and the padding of each entry's last tile. `tiles_entry`: the cubin's tile table builder, for a packed batch's
-    flat grid (runtime/tile_table.py)."""
+    flat grid (runtime/tile_table.py); the table built, if any."""
     from . import tile_table
     from .driver import launch
 
     if not seqs.seqlen_q:
-        return
+        return None
     # Padded rows: the grid covers the longest entry's rows rounded up to a tile.
     covered = -(-seqs.seqlen_q // b.pad_rows) * b.pad_rows if b.pad_rows else seqs.seqlen_q
-    grid = seqs.grid(rows, covered)
+    grid, table = seqs.grid(rows, covered), None
     if tiles_entry is not None and tile_table.serves(seqs):
         side = tile_table.TileSide(key_side=False, tile_rows=rows, pad_rows=b.pad_rows)
-        tile_table.attach(params, tile_table.build(function(tiles_entry, 0), stream, seqs, side), seqs)
+        table = tile_table.build(function(tiles_entry, 0), stream, seqs, side)
+        table.attach(params, seqs.batch)
         grid = (tile_table.blocks(seqs, side, seqs.heads, b.dq.shape[1]), 1, 1)
     launch(function(entry, 0), grid, PRE_THREADS, stream, params)
+    return table
 
 
 def finish(b: Buffers, seqlen_k: int, softmax_scale: float,

@@ -7,7 +7,8 @@ the H100 (benchmarks/results/h100/varlen_grid: 16 entries of 2k with max_seqlen 
 from the cumulative lengths (templates/common/tile_table.cuh.j2), so no host sync learns the lengths: the grid is
 sized by an upper bound on the tiles and the few blocks past the last one exit. Entries keep the 3-D grid's order
 (decreasing work, every head of an entry before the next), and batches of more than MAX_ENTRIES entries keep the
-3-D grid (the table's block ranks entries in shared memory).
+3-D grid (the table's block ranks entries in shared memory). The table also gives the entries' order alone, the
+batch_order of kernels that keep a 3-D grid: the sm90 dK/dV kernel measured 7-10% slower on a flat grid.
 """
 
 from __future__ import annotations
@@ -56,25 +57,33 @@ def blocks(seqs: Any, side: TileSide, heads: int, total_rows: int) -> int:
     return heads * max(0, min(bound, seqs.batch * per_entry))
 
 
-def build(fn: Any, stream: int, seqs: Any, side: TileSide) -> Any:
-    """The table of `side` for a packed call (an int32 tensor of entries + 1 rows of 4), built on `stream` by the
-    cubin's table entry point `fn` (a LoadedFunction)."""
+@dataclass(frozen=True)
+class TileTable:
+    """A built table: `rows` (entries + 1, 4) int32 for a flat grid, `order` the entries alone in the rows' order
+    (the batch_order of a kernel on a 3-D grid); both on the GPU."""
+    rows: Any
+    order: Any
+
+    def attach(self, params: Any, entries: int) -> None:
+        """Point a flat-grid kernel's parameter block at the table."""
+        params.tile_table = self.rows.data_ptr()
+        params.tile_entries = entries
+
+
+def build(fn: Any, stream: int, seqs: Any, side: TileSide) -> TileTable:
+    """The table of `side` for a packed call, built on `stream` by the cubin's table entry point `fn` (a
+    LoadedFunction)."""
     import torch
 
     from .driver import launch
 
-    table = torch.empty((seqs.batch + 1, 4), dtype=torch.int32, device=seqs.cu_seqlens_q.device)
+    store = torch.empty(5 * seqs.batch + 4, dtype=torch.int32, device=seqs.cu_seqlens_q.device)
+    table = TileTable(rows=store[:4 * seqs.batch + 4].view(-1, 4), order=store[4 * seqs.batch + 4:])
     params = _struct()(cu_seqlens_q=seqs.cu_seqlens_q.data_ptr(), cu_seqlens_k=seqs.cu_seqlens_k.data_ptr(),
-                       table=table.data_ptr(), entries=seqs.batch, key_side=int(side.key_side),
-                       tile_rows=side.tile_rows, pad_rows=side.pad)
+                       table=table.rows.data_ptr(), order=table.order.data_ptr(), entries=seqs.batch,
+                       key_side=int(side.key_side), tile_rows=side.tile_rows, pad_rows=side.pad)
     launch(fn, (1, 1, 1), TABLE_THREADS, stream, params)
     return table
-
-
-def attach(params: Any, table: Any, seqs: Any) -> None:
-    """Point a kernel's parameter block at a table (None: the 3-D grid)."""
-    params.tile_table = table.data_ptr() if table is not None else 0
-    params.tile_entries = seqs.batch if table is not None else 0
 
 
 def reference(cu_q: list[int], cu_k: list[int], side: TileSide) -> list[tuple[int, int, int, int]]:
