@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +16,7 @@ from attngen.planning.planner import plan
 from attngen.planning.planner_bwd import plan_bwd
 from attngen.runtime import tile_table
 from attngen.runtime.tile_table import TileSide
+from attngen.spec.loader import load_spec
 from attngen.spec.model import Arch, AttentionSpec
 
 
@@ -64,10 +66,13 @@ def test_every_tile_of_every_head_is_one_block_in_the_3d_grids_order(entries: in
             assert tile_table.lookup(table, heads, t)[0] == -1
 
 
-def test_large_batches_keep_the_3d_grid() -> None:
-    assert tile_table.serves(SimpleNamespace(is_packed=True, batch=tile_table.MAX_ENTRIES))
-    assert not tile_table.serves(SimpleNamespace(is_packed=True, batch=tile_table.MAX_ENTRIES + 1))
-    assert not tile_table.serves(SimpleNamespace(is_packed=False, batch=4))
+def test_large_batches_and_entry_indexed_variants_keep_the_3d_grid() -> None:
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    assert tile_table.serves(SimpleNamespace(is_packed=True, batch=tile_table.MAX_ENTRIES), spec)
+    assert not tile_table.serves(SimpleNamespace(is_packed=True, batch=tile_table.MAX_ENTRIES + 1), spec)
+    assert not tile_table.serves(SimpleNamespace(is_packed=False, batch=4), spec)
+    document = load_spec(Path(__file__).parent.parent / "specs" / "document_bf16_hd128.yaml")
+    assert not tile_table.serves(SimpleNamespace(is_packed=True, batch=4), document)
 
 
 def test_varlen_sm90_plans_carry_the_table_builder() -> None:

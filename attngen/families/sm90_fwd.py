@@ -423,7 +423,7 @@ class Sm90Forward(ForwardFamily):
 
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
-        flat = tile_table.serves(seqs)   # packed: a flat grid of the entries' query tiles
+        flat = tile_table.serves(seqs, plan.spec)   # packed: a flat grid of the entries' query tiles
         params = forward_params(with_variant(base_fields(plan.spec), args.fields), q, k, v, out, lse, softmax_scale,
                                 args, seqs, order=not flat)
         # An 8-bit V goes in transposed (keys contiguous), as (batch, head_dim, kv_heads, keys) for the map: rows of

@@ -37,8 +37,7 @@ def variant_context(variant: Variant) -> dict[str, Any]:
         # A tensor indexed by the batch entry keeps the entry live across the loops: such kernels take the entry
         # from blockIdx.z (rematerialized for free), not from the packed entries' visiting order (a load, whose
         # register spilled 52 B in document_bf16_hd128's packed sm90 forward).
-        "entry_tensors": any(isinstance(a.decl, TensorDecl) and "batch" in a.decl.shape
-                             for a in variant.arguments()),
+        "entry_tensors": indexes_entries(variant),
     }
     context.update(_score_mod(variant, names))
     for arg in variant.arguments():
@@ -84,3 +83,9 @@ def _score_mod(variant: Variant, names: dict[str, str]) -> dict[str, Any]:
     value = lang.evaluate(grad, {}) if constant else 1.0
     return {"score_mod": True, "score": lang.emit(tree, names), "score_grad": lang.emit(grad, names),
             "grad_const": constant, "grad_value": f"{float(value)!r}f"}
+
+
+def indexes_entries(variant: Any) -> bool:
+    """Whether a tensor of the variant is indexed by the batch entry (its kernels keep the 3-D grid's entry order:
+    entry_tensors)."""
+    return any(isinstance(a.decl, TensorDecl) and "batch" in a.decl.shape for a in variant.arguments())

@@ -218,7 +218,7 @@ def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, s
     # Padded rows: the grid covers the longest entry's rows rounded up to a tile.
     covered = -(-seqs.seqlen_q // b.pad_rows) * b.pad_rows if b.pad_rows else seqs.seqlen_q
     grid, table = seqs.grid(rows, covered), None
-    if tiles_entry is not None and tile_table.serves(seqs):
+    if tiles_entry is not None:
         side = tile_table.TileSide(key_side=False, tile_rows=rows, pad_rows=b.pad_rows)
         table = tile_table.build(function(tiles_entry, 0), stream, seqs, side)
         table.attach(params, seqs.batch)

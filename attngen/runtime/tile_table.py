@@ -42,9 +42,13 @@ def entry_name(kernel_name: str) -> str:
     return f"{kernel_name}_tiles"
 
 
-def serves(seqs: Any) -> bool:
-    """Whether a call runs on a flat grid: packed, with at most MAX_ENTRIES entries."""
-    return bool(seqs.is_packed) and 0 < seqs.batch <= MAX_ENTRIES
+def serves(seqs: Any, spec: Any) -> bool:
+    """Whether a call runs on a flat grid: packed, with at most MAX_ENTRIES entries, and no tensor of the spec's
+    variant indexed by the entry (those kernels take the entry from blockIdx.z: variant_cxx.indexes_entries)."""
+    from ..features.variant import variant_of
+    from ..features.variant_cxx import indexes_entries
+
+    return bool(seqs.is_packed) and 0 < seqs.batch <= MAX_ENTRIES and not indexes_entries(variant_of(spec))
 
 
 def blocks(seqs: Any, side: TileSide, heads: int, total_rows: int) -> int:

@@ -1701,7 +1701,7 @@ __device__ __forceinline__ void fwd_block_ws(const Params& p, unsigned char* sme
   int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query blocks of a causal mask first
   int head = blockIdx.y;
   int batch = entry_of(p, blockIdx.z);   // packed: longest sequences first
-  if (kVarlen && p.tile_table != nullptr) {   // packed, on a flat grid of the entries' query tiles
+  if (kOrderEntries && p.tile_table != nullptr) {   // packed, on a flat grid of the entries' query tiles
     const GridTile g = flat_tile(p, p.heads, blockIdx.x);
     if (g.entry < 0) return;
     m_block = g.tiles - 1 - g.tile;
