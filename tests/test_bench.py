@@ -572,7 +572,7 @@ def test_compile_only_needs_no_gpu(tmp_path: Path) -> None:
     (row,) = json.loads((tmp_path / "compile.json").read_text())["variants"]
     assert row["arch"] == "sm80" and row["spec"] == "causal_bf16_hd64"
     assert row["cold_compile_s"] > 0 and not row["cold_from_cache"]
-    assert row["load_from_cache"] and 0 < row["load_ms"] < 100
+    assert row["load_from_cache"] and row["load_ms"] > 0  # a time, not a speed target (those live in benchmarks)
 
 
 def test_backward_report_renders_ratios(tmp_path: Path) -> None:
