@@ -17,6 +17,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device: the GPU tests run on a machine with one", allow_module_level=True)
 
 import attngen  # noqa: E402
+from attngen.codegen.abi import tile_table_entry  # noqa: E402
 from attngen.runtime import tile_table  # noqa: E402
 from attngen.runtime.device import current_arch  # noqa: E402
 from attngen.runtime.seqlens import Seqlens  # noqa: E402
@@ -59,7 +60,7 @@ def test_the_cubins_table_is_the_reference(entries: int) -> None:
     lk = [rng.choice([0, rng.randrange(1, 3000)]) for _ in range(entries)]
     varlen = _kernel(SPEC).varlen_kernel()
     arch = current_arch()
-    fn = varlen._function(0, arch).sibling(tile_table.entry_name(varlen.cubins[arch].source.plan.kernel_name))
+    fn = varlen._function(0, arch).sibling(tile_table_entry(varlen.cubins[arch].source.plan.kernel_name))
     cu_q, cu_k = _cu(lq), _cu(lk)
     q = torch.empty(sum(lq), 2, 128, device="cuda")
     seqs = Seqlens.packed(q, cu_q, cu_k, max(lq), max(lk))

@@ -11,11 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from attngen.codegen.abi import tile_table_entry
 from attngen.codegen.renderer import render
+from attngen.features.variant import variant_of
 from attngen.planning.planner import plan
 from attngen.planning.planner_bwd import plan_bwd
 from attngen.runtime import tile_table
 from attngen.runtime.tile_table import TileSide
+from attngen.runtime.variant_args import KernelVariant, VariantArgs
 from attngen.spec.loader import load_spec
 from attngen.spec.model import Arch, AttentionSpec
 
@@ -66,12 +69,18 @@ def test_every_tile_of_every_head_is_one_block_in_the_3d_grids_order(entries: in
             assert tile_table.lookup(table, heads, t)[0] == -1
 
 
+def _args(spec: AttentionSpec) -> VariantArgs:
+    """A call's VariantArgs for a kernel of `spec` (what the launchers pass tile_table.serves)."""
+    kernel = KernelVariant.of(variant_of(spec))
+    return VariantArgs(kernel.fields, indexes_entries=kernel.indexes_entries)
+
+
 def test_large_batches_and_entry_indexed_variants_keep_the_3d_grid() -> None:
-    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    spec = _args(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"))
     assert tile_table.serves(SimpleNamespace(is_packed=True, batch=tile_table.MAX_ENTRIES), spec)
     assert not tile_table.serves(SimpleNamespace(is_packed=True, batch=tile_table.MAX_ENTRIES + 1), spec)
     assert not tile_table.serves(SimpleNamespace(is_packed=False, batch=4), spec)
-    document = load_spec(Path(__file__).parent.parent / "specs" / "document_bf16_hd128.yaml")
+    document = _args(load_spec(Path(__file__).parent.parent / "specs" / "document_bf16_hd128.yaml"))
     assert not tile_table.serves(SimpleNamespace(is_packed=True, batch=4), document)
 
 
@@ -82,6 +91,6 @@ def test_varlen_sm90_plans_carry_the_table_builder() -> None:
         fwd, bwd = plan(spec, Arch.sm90), plan_bwd(spec, Arch.sm90)
         for kernel_plan in (fwd, bwd):
             source = render(kernel_plan)
-            name = tile_table.entry_name(kernel_plan.kernel_name)
+            name = tile_table_entry(kernel_plan.kernel_name)
             assert (name in source.entry_names) is built
             assert (f"{name}(const attngen::TileTableParams p)" in source.code) is built

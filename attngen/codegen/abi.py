@@ -80,9 +80,16 @@ VT_PARAMS: tuple[Field, ...] = (
 #: cumulative lengths, the table (int4 rows), the entries alone in the table's order (a 3-D grid's batch_order),
 #: the entries, which side's rows are tiled (0 queries, 1 keys), and the tiles' rows after rounding each entry up
 #: to pad_rows.
-#: Entries a tile table ranks at most: its one block ranks them in shared-memory arrays of this size (48 KB of
+#: Entries a tile table ranks at most: its one block ranks them in shared-memory arrays of this size (36 KB of
 #: static shared memory at 2048); a batch of more entries keeps the 3-D grid.
 TILE_TABLE_MAX_ENTRIES = 2048
+
+
+def tile_table_entry(kernel_name: str) -> str:
+    """The tile table builder's entry point in a varlen plan's cubin."""
+    return f"{kernel_name}_tiles"
+
+
 TILE_TABLE_PARAMS: tuple[Field, ...] = (
     Field("cu_seqlens_q", "const int*", _PTR),
     Field("cu_seqlens_k", "const int*", _PTR),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout, with_variant
+from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout, tile_table_entry, with_variant
 from ..codegen.wgmma import backward_ops
 from ..errors import PlanError
 from ..features.dtype import dtype_trait, with_backward
@@ -297,7 +297,7 @@ class Sm90Backward(BackwardFamily):
                        semaphores=h.ordered_dq, tiled_dq=h.dq_red)
         # Packed: the preprocess runs on a flat grid of the entries' tiles (runtime/tile_table.py); its table's entry
         # order is the dK/dV kernel's batch_order (a 3-D grid).
-        tiles_entry = tile_table.entry_name(plan.kernel_name) if tile_table.serves(seqs, plan.spec) else None
+        tiles_entry = tile_table_entry(plan.kernel_name) if tile_table.serves(seqs, args) else None
         params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse, softmax_scale,
                                 args, seqs, order=False)
         # The wgmma kernel's block (dq_convert's too): the five tensor maps, then the same fields.

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..codegen.abi import HOPPER_FWD_PARAMS, VT_PARAMS, Field, forward_base, layout, with_variant
+from ..codegen.abi import HOPPER_FWD_PARAMS, VT_PARAMS, Field, forward_base, layout, tile_table_entry, with_variant
 from ..codegen.wgmma import attention_ops
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
@@ -399,10 +399,9 @@ class Sm90Forward(ForwardFamily):
         """The forward's entry point, with a transposed V (fp8) the transpose's (vt_entry), and for varlen the tile
         table's (runtime/tile_table.py)."""
         from ..codegen.renderer import render_source
-        from ..runtime import tile_table
 
         entries = (plan.kernel_name, *((vt_entry(plan),) if v_box_keys(plan.spec) else ()),
-                   *((tile_table.entry_name(plan.kernel_name),) if plan.spec.seqlens.value == "varlen" else ()))
+                   *((tile_table_entry(plan.kernel_name),) if plan.spec.seqlens.value == "varlen" else ()))
         return render_source(plan, self.template, self.context(plan), entries)
 
     def context(self, plan: KernelPlan) -> dict[str, object]:
@@ -423,7 +422,7 @@ class Sm90Forward(ForwardFamily):
 
         # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
         q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
-        flat = tile_table.serves(seqs, plan.spec)   # packed: a flat grid of the entries' query tiles
+        flat = tile_table.serves(seqs, args)   # packed: a flat grid of the entries' query tiles
         params = forward_params(with_variant(base_fields(plan.spec), args.fields), q, k, v, out, lse, softmax_scale,
                                 args, seqs, order=not flat)
         # An 8-bit V goes in transposed (keys contiguous), as (batch, head_dim, kv_heads, keys) for the map: rows of
@@ -437,7 +436,7 @@ class Sm90Forward(ForwardFamily):
         grid = seqs.grid(plan.block_m)
         if flat:
             side = tile_table.TileSide(key_side=False, tile_rows=plan.block_m)
-            table = tile_table.build(fn.sibling(tile_table.entry_name(plan.kernel_name)), stream, seqs, side)
+            table = tile_table.build(fn.sibling(tile_table_entry(plan.kernel_name)), stream, seqs, side)
             table.attach(params, seqs.batch)
             grid = (tile_table.blocks(seqs, side, seqs.heads, q.shape[1]), 1, 1)
         launch(fn, grid, plan.threads, stream, params)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from ..codegen.abi import tile_table_entry
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 
 
@@ -370,7 +371,7 @@ class HopperBwdPlan(_Frozen):
     def entry_names(self) -> tuple[str, ...]:
         convert = (f"{self.kernel_name}_dq_convert",) if self.dkdv_wgmma.dq_red else ()
         # A varlen plan's cubin builds its flat grids' tile tables (runtime/tile_table.py).
-        tiles = (f"{self.kernel_name}_tiles",) if self.spec.seqlens.value == "varlen" else ()
+        tiles = (tile_table_entry(self.kernel_name),) if self.spec.seqlens.value == "varlen" else ()
         return (f"{self.kernel_name}_preprocess", self.wgmma_entry, *convert, *tiles)
 
     @property

@@ -36,27 +36,22 @@ class TileSide:
     def pad(self) -> int:
         return self.pad_rows or self.tile_rows
 
+    def tiles(self, rows: int) -> int:
+        """The tiles of an entry of `rows` rows (padded first)."""
+        return -(-(-(-rows // self.pad) * self.pad) // self.tile_rows)
 
-def entry_name(kernel_name: str) -> str:
-    """The table builder's entry point in a varlen plan's cubin."""
-    return f"{kernel_name}_tiles"
 
-
-def serves(seqs: Any, spec: Any) -> bool:
-    """Whether a call runs on a flat grid: packed, with at most MAX_ENTRIES entries, and no tensor of the spec's
-    variant indexed by the entry (those kernels take the entry from blockIdx.z: variant_cxx.indexes_entries)."""
-    from ..features.variant import variant_of
-    from ..features.variant_cxx import indexes_entries
-
-    return bool(seqs.is_packed) and 0 < seqs.batch <= MAX_ENTRIES and not indexes_entries(variant_of(spec))
+def serves(seqs: Any, args: Any) -> bool:
+    """Whether a call runs on a flat grid: packed, with at most MAX_ENTRIES entries, and no tensor of its variant
+    indexed by the entry (`args`: the call's VariantArgs; those kernels take the entry from blockIdx.z)."""
+    return bool(seqs.is_packed) and 0 < seqs.batch <= MAX_ENTRIES and not args.indexes_entries
 
 
 def blocks(seqs: Any, side: TileSide, heads: int, total_rows: int) -> int:
     """The flat grid's blocks: heads x an upper bound on the entries' tiles (`total_rows` the packed side's rows):
     each entry adds at most one partial padding unit and one partial tile to its rows' share, and no entry has
     more tiles than the longest."""
-    longest = seqs.seqlen_k if side.key_side else seqs.seqlen_q
-    per_entry = -(-(-(-longest // side.pad) * side.pad) // side.tile_rows)
+    per_entry = side.tiles(seqs.seqlen_k if side.key_side else seqs.seqlen_q)
     bound = -(-(total_rows + seqs.batch * (side.pad - 1)) // side.tile_rows) + seqs.batch
     return heads * max(0, min(bound, seqs.batch * per_entry))
 
@@ -99,8 +94,7 @@ def reference(cu_q: list[int], cu_k: list[int], side: TileSide) -> list[tuple[in
     order = sorted(range(n), key=lambda i: (-sq[i] * sk[i], i))
     rows, start = [], 0
     for i in order:
-        length = sk[i] if side.key_side else sq[i]
-        tiles = -(-(-(-length // side.pad) * side.pad) // side.tile_rows)
+        tiles = side.tiles(sk[i] if side.key_side else sq[i])
         rows.append((start, i, tiles, 0))
         start += tiles
     return [*rows, (start, -1, 0, 0)]

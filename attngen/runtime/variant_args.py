@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..codegen.abi import Field
 from ..features.score_mod import ALIBI_SLOPES, alibi_slopes
 from ..features.variant import SUMMARY_BLOCK, RuntimeArg, Variant
+from ..features.variant_cxx import indexes_entries
 from ..spec.variant import TensorDecl
 
 if TYPE_CHECKING:
@@ -28,10 +29,13 @@ class KernelVariant:
 
     arguments: tuple[RuntimeArg, ...]
     fields: tuple[Field, ...]
+    #: A tensor of the variant is indexed by the batch entry (variant_cxx.indexes_entries): its kernels keep the
+    #: 3-D grid's entry order.
+    indexes_entries: bool = False
 
     @classmethod
     def of(cls, variant: Variant) -> KernelVariant:
-        return cls(variant.arguments(), variant.param_fields())
+        return cls(variant.arguments(), variant.param_fields(), indexes_entries(variant))
 
 
 @dataclass
@@ -46,6 +50,8 @@ class VariantArgs:
     batch: int = 0
     #: A descaled (fp8) call's (3, batch, kv_heads) fp32 descale planes (runtime.descale), else None.
     descale: Any = None
+    #: KernelVariant.indexes_entries of the kernel the call runs.
+    indexes_entries: bool = False
 
     def fill(self, params: Any) -> None:
         """Write the `var_*` fields of a parameter block whose struct has them (and the descale planes)."""
@@ -115,7 +121,7 @@ def validate(arguments: tuple[RuntimeArg, ...], q: Any, k: Any, kwargs: Mapping[
 def prepare(kernel: KernelVariant, q: Any, tensors: list[Any], scalars: list[float], batch: int) -> VariantArgs:
     """The launch's view of validated arguments (q as the launchers see it, `batch` entries): computed tensors
     added, summaries taken."""
-    args = VariantArgs(kernel.fields, batch=batch)
+    args = VariantArgs(kernel.fields, batch=batch, indexes_entries=kernel.indexes_entries)
     given_tensors, given_scalars = iter(tensors), iter(scalars)
     for arg in kernel.arguments:
         if arg.computed:
