@@ -62,6 +62,11 @@ DESCALE_FIELDS: tuple[Field, ...] = (
     Field("descale_stride", "long long", _I64),
 )
 
+def vt_entry(kernel_name: str) -> str:
+    """The V transpose's entry point in an fp8 sm90 plan's cubin (templates/common/fp8_v_transpose.cuh.j2)."""
+    return f"{kernel_name}_vt"
+
+
 #: The 8-bit V transpose ahead of the wgmma fp8 forward (sm90_fwd; runtime/fp8_layout.py gives the key order): V
 #: (batch, keys, kv_heads, head_dim) with its strides in bytes, into a contiguous (batch, kv_heads, head_dim,
 #: padded_keys) tensor.

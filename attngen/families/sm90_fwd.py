@@ -13,7 +13,16 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..codegen.abi import HOPPER_FWD_PARAMS, VT_PARAMS, Field, forward_base, layout, tile_table_entry, with_variant
+from ..codegen.abi import (
+    HOPPER_FWD_PARAMS,
+    VT_PARAMS,
+    Field,
+    forward_base,
+    layout,
+    tile_table_entry,
+    vt_entry,
+    with_variant,
+)
 from ..codegen.wgmma import attention_ops
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
@@ -400,7 +409,7 @@ class Sm90Forward(ForwardFamily):
         table's (runtime/tile_table.py)."""
         from ..codegen.renderer import render_source
 
-        entries = (plan.kernel_name, *((vt_entry(plan),) if v_box_keys(plan.spec) else ()),
+        entries = (plan.kernel_name, *((vt_entry(plan.kernel_name),) if v_box_keys(plan.spec) else ()),
                    *((tile_table_entry(plan.kernel_name),) if plan.spec.seqlens.value == "varlen" else ()))
         return render_source(plan, self.template, self.context(plan), entries)
 
@@ -427,9 +436,11 @@ class Sm90Forward(ForwardFamily):
                                 args, seqs, order=not flat)
         # An 8-bit V goes in transposed (keys contiguous), as (batch, head_dim, kv_heads, keys) for the map: rows of
         # the box are head-dim rows, its 128-byte columns keys.
-        v_map = (tma.map_key(fp8_layout.transpose(fn.sibling(vt_entry(plan)), stream, v).permute(0, 2, 1, 3),
-                             plan.spec.head_dim)
-                 if v_box_keys(plan.spec) else tma.map_key(v, plan.block_n))
+        if v_box_keys(plan.spec):
+            vt = fp8_layout.transpose(fn.sibling(vt_entry(plan.kernel_name)), stream, v)
+            v_map = tma.map_key(vt.permute(0, 2, 1, 3), plan.spec.head_dim)
+        else:
+            v_map = tma.map_key(v, plan.block_n)
         for field, key in (("tma_q", tma.map_key(q, plan.block_m)), ("tma_k", tma.map_key(k, plan.block_n)),
                            ("tma_v", v_map)):
             tma.fill(params, field, tma.tensor_map(key))
@@ -440,11 +451,6 @@ class Sm90Forward(ForwardFamily):
             table.attach(params, seqs.batch)
             grid = (tile_table.blocks(seqs, side, seqs.heads, q.shape[1]), 1, 1)
         launch(fn, grid, plan.threads, stream, params)
-
-
-def vt_entry(plan: KernelPlan) -> str:
-    """The name of the V transpose's entry point in an fp8 plan's cubin (templates/common/fp8_v_transpose.cuh.j2)."""
-    return f"{plan.kernel_name}_vt"
 
 
 def base_fields(spec: AttentionSpec) -> tuple[Field, ...]:

@@ -50,11 +50,11 @@ def transpose_for(kernel: Any, v: Any) -> Any:
     current stream, as the kernel's calls run it."""
     import torch
 
-    from ..families.sm90_fwd import vt_entry
+    from ..codegen.abi import vt_entry
     from .device import current_arch
 
     arch = current_arch(v.device)
-    fn = kernel._function(v.device.index or 0, arch).sibling(vt_entry(kernel.cubins[arch].source.plan))
+    fn = kernel._function(v.device.index or 0, arch).sibling(vt_entry(kernel.cubins[arch].source.plan.kernel_name))
     return transpose(fn, torch.cuda.current_stream(v.device).cuda_stream, v)
 
 
