@@ -1,4 +1,5 @@
-"""Run one attngen forward kernel a few times, for a profiler to capture (ncu -k regex:attn_fwd -c 1).
+"""Run one attngen forward kernel a few times, for a profiler to capture (ncu -k regex:attn_fwd -c 1); with
+--impl fa4, FlashAttention-4's (flash_attn.cute) on the same inputs. The kernels of the last run are listed.
 
     ncu --section SpeedOfLight --section WarpStateStats python benchmarks/profile_one.py --head-dim 128
 """
@@ -20,19 +21,38 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--pipeline", default="auto")
     ap.add_argument("--backward", action="store_true", help="run forward and backward")
+    ap.add_argument("--impl", choices=("attngen", "fa4"), default="attngen")
     args = ap.parse_args()
     d, s = args.head_dim, args.seqlen
-    spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if args.causal else "none", pipeline=args.pipeline)
-    kernel = attngen.compile(spec)
     b, h = max(1, 16384 // s), 2048 // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=args.backward)
                for _ in range(3))
-    for _ in range(3):
-        out = kernel(q, k, v)
+    if args.impl == "fa4":
+        import flash_attn.cute as fa4
+
+        def run() -> torch.Tensor:
+            out = fa4.flash_attn_func(q, k, v, causal=args.causal)
+            return out[0] if isinstance(out, tuple) else out
+    else:
+        spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if args.causal else "none",
+                             pipeline=args.pipeline)
+        kernel = attngen.compile(spec)
+
+        def run() -> torch.Tensor:
+            return kernel(q, k, v)
+        print(kernel.cubins[next(iter(kernel.cubins))].source.plan.summary()["kernel_name"])
+    for _ in range(2):
+        out = run()
         if args.backward:
             out.backward(torch.randn_like(out))
-    torch.cuda.synchronize()
-    print(kernel.cubins[next(iter(kernel.cubins))].source.plan.summary()["kernel_name"])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = run()
+        if args.backward:
+            out.backward(torch.randn_like(out))
+        torch.cuda.synchronize()
+    for event in prof.key_averages():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            print(f"kernel {event.key[:160]}: {event.device_time_total:.0f} us")
 
 
 if __name__ == "__main__":

@@ -313,10 +313,20 @@ __device__ __forceinline__ void fence_operands(float (&r)[ROWS][COLS]) {
 
 // Shared-memory matrix descriptor of a 128-byte-swizzled operand: start address, leading and
 // stride byte offsets (each >> 4), swizzle mode 1 (128 B) in bits 62-63. Tiles are 1024-byte aligned.
+// Build one per operand tile and step through it with desc_at: shared memory ends below 256 KB, so the
+// 14-bit start field never carries into the leading byte offset, and a k-step is one add of a constant
+// (rebuilding the descriptor from each address cost ~10 instructions per wgmma, on its issue path).
 __device__ __forceinline__ u64 smem_desc(u32 addr, u32 leading_bytes, u32 stride_bytes) {
   return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(leading_bytes >> 4) << 16) | ((u64)(stride_bytes >> 4) << 32)
          | (1ull << 62);
 }
+
+// The descriptor of the operand `bytes` (a multiple of 16) past desc's start.
+__device__ __forceinline__ u64 desc_at(u64 desc, u32 bytes) { return desc + (bytes >> 4); }
+
+// threadIdx.x / 128 read from lane 0, so the compiler knows it is one value across the warp: the warpgroup's
+// tile addresses and wgmma descriptors built from it stay in uniform registers (no R2UR per wgmma).
+__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, threadIdx.x / 128, 0); }
 
 // D(64 x 128, f32) += A(64 x 16, shared) * B(16 x 128, shared, K-major); scale_d 0 ignores D's old value.
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[16][4], u64 desc_a, u64 desc_b, int scale_d) {
@@ -1556,12 +1566,13 @@ __device__ __forceinline__ void produce(const Params& p, const Variant<Params>& 
 // swizzle row, kQChunkBytes / kKVChunkBytes apart across 64-column chunks. K-major operands: 8-row
 // core-matrix groups 1024 bytes apart (stride byte offset); the leading byte offset is unused.
 __device__ __forceinline__ void issue_qk(Frag& f, u32 q_rows, u32 k_tile) {
+  const u64 a0 = smem_desc(q_rows, 16, 1024);
+  const u64 b0 = smem_desc(k_tile, 16, 1024);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
-    const u32 a = q_rows + (kk / 4) * kQChunkBytes + (kk % 4) * 32;
-    const u32 b = k_tile + (kk / 4) * kKVChunkBytes + (kk % 4) * 32;
-    wgmma_m64n128k16_ss(f.s[0], smem_desc(a, 16, 1024), smem_desc(b, 16, 1024), kk > 0);
+    wgmma_m64n128k16_ss(f.s[0], desc_at(a0, (kk / 4) * kQChunkBytes + (kk % 4) * 32),
+                     desc_at(b0, (kk / 4) * kKVChunkBytes + (kk % 4) * 32), kk > 0);
   }
   wgmma_commit();
 }
@@ -1571,15 +1582,15 @@ __device__ __forceinline__ void issue_qk(Frag& f, u32 q_rows, u32 k_tile) {
 // 8-bit V is transposed, K-major like K: k-steps 32 bytes apart inside a 128-byte swizzle row of keys,
 // kVBoxBytes apart across boxes, 8-row groups of head-dim rows 1024 bytes apart.
 __device__ __forceinline__ void issue_pv(Frag& f, const u32 (&pa)[kPSteps][4], u32 v_tile) {
+  const u64 b0 = kVBoxKeys > 0 ? smem_desc(v_tile, 16, 1024) : smem_desc(v_tile, kKVChunkBytes, 1024);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kPSteps; ++kk) {
     if constexpr (kVBoxKeys > 0) {
       constexpr int kStepsPerBox = kVBoxKeys / kMmaK;
-      const u32 b = v_tile + (kk / kStepsPerBox) * kVBoxBytes + (kk % kStepsPerBox) * 32;
-      wgmma_m64n64k16_rs_tb(f.o[0], pa[kk], smem_desc(b, 16, 1024), 1);
+      wgmma_m64n64k16_rs_tb(f.o[0], pa[kk], desc_at(b0, (kk / kStepsPerBox) * kVBoxBytes + (kk % kStepsPerBox) * 32), 1);
     } else {
-      wgmma_m64n64k16_rs_tb(f.o[0], pa[kk], smem_desc(v_tile + kk * 2048, kKVChunkBytes, 1024), 1);
+      wgmma_m64n64k16_rs_tb(f.o[0], pa[kk], desc_at(b0, kk * 2048), 1);
     }
   }
   wgmma_commit();
@@ -1704,7 +1715,7 @@ __device__ __forceinline__ void fwd_block_ws(const Params& p, unsigned char* sme
   }
   const int kv_head = head / (p.heads / p.kv_heads);
   const u32 base = smem_addr(smem);
-  const int warpgroup = threadIdx.x / 128;
+  const int warpgroup = warpgroup_index();
   const SeqLens seq = seq_lens(p, batch);
   if (kVarlen && m_block * kBlockM >= seq.sq) return;  // past this entry's queries (a packed batch's grid covers the longest)
   const Variant<Params> var(p, batch, head, seq);

@@ -1,0 +1,33 @@
+#!/bin/bash
+# Nsight Compute, full set, of the sm90 backward's main kernel: attngen's dK/dV kernel beside FlashAttention-4's
+# (flash_attn.cute, carried in .fa4whl) on the same inputs (device machine). NCU_CONFIGS="128 ;128 --causal" (head
+# dim, then --causal or nothing; ';' between), NCU_IMPLS="attngen fa4". Move generated/ and benchmarks/results/ out of the tree for the call.
+#   bash benchmarks/ncu_bwd_peer.sh [tag]      (writes $OUT/ncu_peer_<tag>.tgz: <impl>_<cfg>.txt, .sass.csv.gz, .log,
+#   .kernels; a call brings back 8 files, so one archive, the reports left out)
+. benchmarks/device_env.sh
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
+  || exit 1
+export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+tag=ncu_peer_${1:-base}
+dir=$OUT/$tag
+mkdir -p "$dir"
+IFS=';' read -ra configs <<< "${NCU_CONFIGS:-128 ;128 --causal}"
+for cfg in "${configs[@]}"; do
+  set -- $cfg
+  for impl in ${NCU_IMPLS:-attngen fa4}; do
+    name=${impl}_hd$1${2:+_causal}
+    kern=dkdv
+    [ "$impl" = fa4 ] && kern=BackwardSm90
+    python3 benchmarks/profile_one.py --impl $impl --head-dim "$1" --seqlen 8192 --backward $2 > "$dir/$name.kernels" 2>&1 \
+      || { tail -5 "$dir/$name.kernels"; continue; }
+    ncu --clock-control none -k "regex:$kern" -c 1 --set full --import-source no \
+        -f -o "$dir/$name" python3 benchmarks/profile_one.py --impl $impl --head-dim "$1" --seqlen 8192 --backward $2 \
+        > "$dir/$name.log" 2>&1
+    ncu -i "$dir/$name.ncu-rep" --page details > "$dir/$name.txt" 2>&1
+    ncu -i "$dir/$name.ncu-rep" --page source --csv --print-source sass > "$dir/$name.sass.csv" 2>&1
+    gzip -f "$dir/$name.sass.csv"
+    grep -E "Duration|Elapsed Cycles|Compute \(SM\)|L2 Cache Throughput|Issue Slots Busy" "$dir/$name.txt" | head -6
+  done
+done
+cd "$OUT" && tar czf "$tag.tgz" --exclude="*.ncu-rep" "$tag" && rm -rf "$dir"
+ls -la "$OUT"
