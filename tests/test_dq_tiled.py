@@ -16,6 +16,7 @@ from attngen.planning.ir import HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
 from attngen.runtime import backward as rt
 from attngen.spec.model import Arch, AttentionSpec
+from attngen.toolchain import builder as build
 
 SHAPES = [(128, 64), (64, 128), (64, 192), (64, 256)]   # (block_m, head_dim) of hd64, hd128 and the split
 
@@ -109,13 +110,33 @@ def test_dq_red_switch_keeps_mains_staged_path(monkeypatch: pytest.MonkeyPatch) 
     red = _plan(128)
     monkeypatch.setattr(sm90_bwd, "DQ_RED", False)
     staged = _plan(128)
-    assert (red.dkdv_wgmma.dq_red, red.dkdv_wgmma.stages) == (True, 3)
-    assert (staged.dkdv_wgmma.dq_red, staged.dkdv_wgmma.stages) == (False, 2)
+    assert (red.dkdv_wgmma.dq_red, red.dkdv_wgmma.dq_bulk, red.dkdv_wgmma.stages) == (True, True, 2)
+    assert (staged.dkdv_wgmma.dq_red, staged.dkdv_wgmma.dq_bulk, staged.dkdv_wgmma.stages) == (False, False, 2)
     assert staged.entry_names == red.entry_names[:2]
     code = render(staged).code
     assert "kDqRed = false" in code and "_dq_convert(" not in code
-    assert "dq_convert" in sm90_bwd.Sm90Backward().plan_line(red)
+    assert "bulk reductions into a tile-ordered" in sm90_bwd.Sm90Backward().plan_line(red)
     assert "TMA bulk reductions" in sm90_bwd.Sm90Backward().plan_line(staged)
+
+
+def test_dq_bulk_stages_fragments_for_one_bulk_reduction_a_box(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DQ_BULK (the default, unmasked): the consumers stage each 64 x 64 dQ product in fragment order in a shared box
+    (room for two Q/dO stages, not three) and producer warp 1 adds it with one contiguous bulk reduction; off, they
+    add it from registers (eight four-float REDG a thread), with a third stage in the boxes' room. Same accumulator."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    bulk = _plan(128)
+    monkeypatch.setattr(sm90_bwd, "DQ_BULK", False)
+    red = _plan(128)
+    b, r = bulk.dkdv_wgmma, red.dkdv_wgmma
+    assert (b.dq_red, b.dq_bulk, b.stages) == (True, True, 2) and (r.dq_red, r.dq_bulk, r.stages) == (True, False, 3)
+    assert dict(b.smem.offsets)["Rows"] - dict(b.smem.offsets)["DQ"] == 2 * 64 * 64 * 4
+    assert dict(r.smem.offsets)["Rows"] == dict(r.smem.offsets)["DQ"], "no staging boxes when added from registers"
+    assert bulk.entry_names == red.entry_names, "both convert the tile-ordered accumulator"
+    assert "kDqBulk = true" in render(bulk).code and "kDqBulk = false" in render(red).code
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="none")
+    ops = opcodes(disassemble(build.build_bwd(spec, "sm90").data))
+    assert ops["REDG"] == 8 and ops["UBLKRED"] == 0, "DQ_BULK off at build time too"
 
 
 def test_split_dq_v4_switch_keeps_mains_v2_path(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,9 +61,10 @@ SPLIT_HEAD_DIMS = (192, 256)
 #: Query rows per step: 64 at hd128 (registers: dK + dV take 128), 128 at hd64.
 BLOCK_M = {64: 128, 128: 64}
 BLOCK_N = 128
-#: Q/dO stages, by HopperBwdTiling.dq_red: 2 where dQ is staged in shared memory (its boxes take a third stage's
-#: room), 3 where dQ is added from registers (the third stage hides more of a step's loads). Two stages with dq_red
-#: (the device script's red2 variant) measured within the run's noise of three at hd64/128 (results/h100/dq_red).
+#: Q/dO stages, by whether dQ is added from registers (dq_red without dq_bulk): 2 where dQ is staged in shared memory
+#: (its boxes take a third stage's room), 3 where it is not (the third stage hides more of a step's loads). Two stages
+#: with red from registers (the device script's red2 variant) measured within the run's noise of three at hd64/128
+#: (results/h100/dq_red).
 STAGES = {True: 3, False: 2}
 #: dQ added from registers by red.global.add.v4.f32 into the tile-ordered accumulator (HopperBwdTiling.dq_red)
 #: instead of staged in shared memory and TMA-reduced by producer warp 1 (main's path, kept for ordered dQ). Why: the
@@ -72,6 +73,14 @@ STAGES = {True: 3, False: 2}
 #: put 512 contiguous bytes a warp on L2 instead. Which specs take it: dq_red_serves. A module constant so that the
 #: device script (benchmarks/dq_red_device.sh) can sed it to False and A/B the two.
 DQ_RED = True
+#: With the tile-ordered accumulator: dQ staged in shared memory in fragment order and added by producer warp 1's
+#: contiguous bulk reductions (HopperBwdTiling.dq_bulk) rather than by red.global.add.v4.f32 from registers. Why: the
+#: hd128 profile beside FlashAttention-4's (results/h100/ncu_peer) has the consumers stalled ~15% of their time on
+#: the reductions (lg throttle on the REDGs, then the loop's branch waiting for them to read the dQ registers the
+#: next step's products overwrite): the LSU takes 16 KB per warpgroup and step, both warpgroups at once.
+DQ_BULK = True
+#: Whether masked specs take the tile-ordered accumulator too (dq_red_serves); a module constant for the A/B.
+DQ_RED_MASKED = False
 #: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
 #: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
 #: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its TMA
@@ -105,7 +114,9 @@ def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
 def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> HopperBwdTiling:
     """The tiling where each consumer warpgroup owns 64 KV rows and all of head_dim."""
     red = dq_red_serves(spec, ordered_dq)
-    d, bn, st = spec.head_dim, BLOCK_N, STAGES[red]
+    bulk = red and DQ_BULK
+    staged = bulk or not red
+    d, bn, st = spec.head_dim, BLOCK_N, STAGES[not staged]
     bm = BLOCK_M[d]
     e = dtype_trait(spec.dtype).size
     # dQ (block_m queries x head_dim over the block's KV rows) split between the two warpgroups: at
@@ -113,7 +124,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     # covers all KV rows, so every element of the accumulator gets one add per block.
     dq_cols = 64
     col_step, query_step = (64, 0) if bm == 64 else (0, 64)
-    # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup (none with dq_red); mbarriers.
+    # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup (none when added from registers);
+    # mbarriers.
     # ... and per stage the query tile's LSE and D (bulk-copied beside Q and dO); a mask with holes adds its
     # live-tile bitmap (planning.shared.SCHEDULE_WORDS).
     # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
@@ -123,8 +135,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     words = schedule_words(spec)
     layout = SmemRegions.stack([
         ("K", bn * d * e), ("V", bn * d * e), ("Q", st * bm * d * e), ("DO", st * bm * d * e), ("DS", bn * bm * e),
-        ("P", bn * bm * e if from_smem else 0), ("DQ", 0 if red else wgs * 64 * dq_cols * 4), ("Rows", st * 2 * bm * 4),
-        ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
+        ("P", bn * bm * e if from_smem else 0), ("DQ", wgs * 64 * dq_cols * 4 if staged else 0),
+        ("Rows", st * 2 * bm * 4), ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
     regs = d + bm + REG_OVERHEAD
@@ -135,7 +147,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(spec, from_smem), smem_bytes=smem, smem=layout,
-                           regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red)
+                           regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
+                           dq_bulk=bulk)
 
 
 def step_l2_bytes(spec: AttentionSpec, t: HopperBwdTiling) -> int:
@@ -177,6 +190,8 @@ def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCos
 
 def dq_line(t: HopperBwdTiling) -> str:
     """How the 64-KV-row consumers add dQ, for plan_line and explain."""
+    if t.dq_bulk:
+        return "dQ staged in fragment order, by bulk reductions into a tile-ordered accumulator"
     if t.dq_red:
         return f"dQ by {TILED_DQ_PATH}"
     return "dQ by TMA bulk reductions" + (", ordered by a semaphore per query tile (deterministic)"
@@ -189,7 +204,7 @@ def dq_red_serves(spec: AttentionSpec, ordered_dq: bool) -> bool:
     staged path. Measured on the H100 at 8k (results/h100/dq_red/ab.txt, two rounds against main): hd128 unmasked
     +4-6% (491-495 -> 512-520 TFLOP/s), hd128 causal -2-8% (461-473 -> 435-453), hd64 within noise either way. So
     unmasked specs only."""
-    return DQ_RED and not ordered_dq and spec.mask.kind is MaskKind.none
+    return DQ_RED and not ordered_dq and (DQ_RED_MASKED or spec.mask.kind is MaskKind.none)
 
 
 def dq_before_dk(spec: AttentionSpec, dkv_from_smem: bool) -> bool:

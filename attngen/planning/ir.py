@@ -284,6 +284,10 @@ class HopperBwdTiling(_Frozen):
     #: the host scales: staged and TMA-reduced by a producer warp (64-KV-row consumers; what an ordered dQ needs),
     #: or red.global.add.v2.f32 (split).
     dq_red: bool = False
+    #: With dq_red and without split: the consumers stage each dQ product in shared memory in that fragment order
+    #: (16-byte stores, conflict-free) and producer warp 1 adds each warpgroup's 64 x 64 box with one contiguous bulk
+    #: reduction (cp.reduce.async.bulk .add.f32), off the consumers' path, instead of red.global.add from registers.
+    dq_bulk: bool = False
 
     @property
     def consumer_wgs(self) -> int:

@@ -215,6 +215,12 @@ __device__ __forceinline__ void tma_reduce_add_4d(const TensorMap* map, u32 src,
       :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
 }
 
+// Adds `bytes` (a multiple of 16) of fp32 from shared memory at src to global memory at dst, element by element.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, u32 src, u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // Waits until the bulk operations of this thread no longer read their shared-memory sources.
