@@ -5,9 +5,11 @@
 #   bash benchmarks/ncu_bwd_peer.sh [tag]      (writes $OUT/ncu_peer_<tag>.tgz: <impl>_<cfg>.txt, .sass.csv.gz, .log,
 #   .kernels; a call brings back 8 files, so one archive, the reports left out)
 . benchmarks/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+if [[ "${NCU_IMPLS:-fa4}" == *fa4* ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
+    || exit 1
+  export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+fi
 tag=ncu_peer_${1:-base}
 dir=$OUT/$tag
 mkdir -p "$dir"

@@ -10,7 +10,7 @@ from attngen.families.sm80_bwd import Sm80Backward, atomic_dq_cols, dkdv_registe
 from attngen.planning.archs import arch_info
 from attngen.planning.ir import BwdPlan, HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
-from attngen.spec.model import Arch, AttentionSpec, MaskKind
+from attngen.spec.model import Arch, AttentionSpec
 
 ARCHS = (Arch.sm80, Arch.sm86, Arch.sm90, Arch.sm100)
 
@@ -30,8 +30,9 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
         if isinstance(p, HopperBwdPlan):
             convert = (f"{p.kernel_name}_dq_convert",) if p.dkdv_wgmma.dq_red else ()
             assert p.entry_names == (f"{p.kernel_name}_preprocess", f"{p.kernel_name}_dkdv_wgmma", *convert)
-            red = not p.dkdv_wgmma.ordered_dq and (bool(p.dkdv_wgmma.split) or spec.mask.kind is MaskKind.none)
-            assert p.dkdv_wgmma.dq_red == red, "red unmasked and in the split, staged when masked or ordered"
+            t = p.dkdv_wgmma
+            assert t.dq_red == (not t.ordered_dq), "tile-ordered unless ordered (row-major, TMA tensor reductions)"
+            assert t.dq_bulk == (t.dq_red and not t.split), "the 64-KV-row consumers stage it for bulk reductions"
             assert p.dkdv_wgmma.smem_bytes <= info.smem_per_block
             continue
         assert isinstance(p, BwdPlan) and len(p.entry_names) == 3
@@ -92,7 +93,8 @@ def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     p = plan_bwd(spec, "sm90")
     assert isinstance(p, HopperBwdPlan) and p.entry_names[1].endswith("_dkdv_wgmma")
-    assert len(p.entry_names) == 2 and not p.dkdv_wgmma.dq_red, "causal: dQ staged (dq_red_serves)"
+    assert len(p.entry_names) == 3 and p.dkdv_wgmma.dq_red and p.dkdv_wgmma.dq_bulk, "causal too (dq_red_serves)"
+    assert p.dkdv_wgmma.dq_before_dk, "dV and dK from registers: dQ's product before dK's (dq_before_dk)"
     unmasked = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), "sm90")
     assert isinstance(unmasked, HopperBwdPlan) and unmasked.entry_names[2].endswith("_dq_convert")
     h = unmasked.dkdv_wgmma
@@ -140,11 +142,12 @@ def test_backward_layouts_are_computed_once() -> None:
     assert [name for name, _ in tilings[2].smem.offsets][:4] == ["K", "V", "Q", "DO"]
 
 
-@pytest.mark.parametrize(("head_dim", "mask", "first"), [(128, "none", True), (128, "causal", False),
-                                                         (128, "sliding_window", False), (64, "none", False)])
+@pytest.mark.parametrize(("head_dim", "mask", "first"), [(128, "none", True), (128, "causal", True),
+                                                         (128, "sliding_window", True), (64, "none", False),
+                                                         (64, "causal", False)])
 def test_hopper_backward_issues_dq_before_dk_where_it_measured_faster(head_dim: int, mask: str, first: bool) -> None:
-    """dV, dQ, then dK (dQ staged while dK runs) for unmasked specs with dV and dK fed from registers; the step's
-    order reaches the kernel as kDqBeforeDk."""
+    """dV, dQ, then dK (dQ staged while dK runs) where dV and dK are fed from registers (hd128, masked or not); hd64
+    feeds them from shared memory and keeps dV and dK first. The step's order reaches the kernel as kDqBeforeDk."""
     from attngen.codegen.renderer import render
 
     extra = {"window": [64, 0]} if mask == "sliding_window" else {}

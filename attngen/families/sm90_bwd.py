@@ -80,7 +80,7 @@ DQ_RED = True
 #: next step's products overwrite): the LSU takes 16 KB per warpgroup and step, both warpgroups at once.
 DQ_BULK = True
 #: Whether masked specs take the tile-ordered accumulator too (dq_red_serves); a module constant for the A/B.
-DQ_RED_MASKED = False
+DQ_RED_MASKED = True
 #: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
 #: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
 #: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its TMA
@@ -146,7 +146,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=producer_regs,
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
                            dq_query_step=query_step, dkv_from_smem=from_smem,
-                           dq_before_dk=dq_before_dk(spec, from_smem), smem_bytes=smem, smem=layout,
+                           dq_before_dk=dq_before_dk(from_smem), smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk)
 
@@ -199,20 +199,22 @@ def dq_line(t: HopperBwdTiling) -> str:
 
 
 def dq_red_serves(spec: AttentionSpec, ordered_dq: bool) -> bool:
-    """Whether the 64-KV-row consumers add dQ from registers (HopperBwdTiling.dq_red) rather than staging it for
-    producer warp 1's bulk reductions. An ordered dQ needs warp 1 to issue the reductions in dispatch order: the
-    staged path. Measured on the H100 at 8k (results/h100/dq_red/ab.txt, two rounds against main): hd128 unmasked
-    +4-6% (491-495 -> 512-520 TFLOP/s), hd128 causal -2-8% (461-473 -> 435-453), hd64 within noise either way. So
-    unmasked specs only."""
+    """Whether the 64-KV-row consumers add dQ into the tile-ordered accumulator (HopperBwdTiling.dq_red; by bulk
+    reductions of staged fragments with DQ_BULK) rather than the row-major one by TMA tensor reductions. An ordered
+    dQ keeps the latter (its reductions are issued in dispatch order behind semaphores, on the row-major layout).
+    Measured on the H100: red from registers, hd128 unmasked +4-6% at 8k, causal -2-8% (results/h100/dq_red/ab.txt);
+    with DQ_BULK, masked specs too (DQ_RED_MASKED) and dQ before dK (dq_before_dk), hd128 causal 472-478 -> 503-507
+    TFLOP/s at 8k, hd64 403-407 -> 414 (results/h100/dq_stm/ab_bwd.txt)."""
     return DQ_RED and not ordered_dq and (DQ_RED_MASKED or spec.mask.kind is MaskKind.none)
 
 
-def dq_before_dk(spec: AttentionSpec, dkv_from_smem: bool) -> bool:
+def dq_before_dk(dkv_from_smem: bool) -> bool:
     """Whether a step issues dQ's product before dK's and stages dQ while dK's runs. Measured on the H100
     (results/h100/bwd_overlap_2, against dV and dK first): hd128 unmasked +5-7% at 2k and 8k; hd128 causal -2-3%
-    at 8k, +1-2% at 2k; hd64 (P^T and dS^T from shared memory) within 1%. So unmasked specs with dV and dK fed
-    from registers only."""
-    return not dkv_from_smem and spec.mask.kind is MaskKind.none
+    at 8k with the row-major staged dQ, but +6-7% with the tile-ordered bulk path (results/h100/dq_stm: 472-478 ->
+    503-507 TFLOP/s); hd64 (P^T and dS^T from shared memory) within 1%. So every spec with dV and dK fed from
+    registers."""
+    return not dkv_from_smem
 
 
 class Sm90Backward(BackwardFamily):

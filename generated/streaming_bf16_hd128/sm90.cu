@@ -331,6 +331,13 @@ __device__ __forceinline__ u64 smem_desc(u32 addr, u32 leading_bytes, u32 stride
 // The descriptor of the operand `bytes` (a multiple of 16) past desc's start.
 __device__ __forceinline__ u64 desc_at(u64 desc, u32 bytes) { return desc + (bytes >> 4); }
 
+// Four 8 x 8 matrices of 16-bit values to shared memory, register i of each lane to matrix i: lane l gives the
+// address of row l % 8 of matrix l / 8, and holds elements 2 (l % 4), +1 of row l / 4 of each (an mma fragment).
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
 // threadIdx.x / 128 read from lane 0, so the compiler knows it is one value across the warp: the warpgroup's
 // tile addresses and wgmma descriptors built from it stay in uniform registers (no R2UR per wgmma).
 __device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, threadIdx.x / 128, 0); }
