@@ -165,7 +165,7 @@ def test_backward_families_are_registered_fastest_path_first() -> None:
         cover = family.coverage()
         assert cover.archs and cover.head_dims and cover.dtypes and cover.masks and cover.notes
     assert families.get("sm80_bwd").path == "mma.sync + cp.async, atomic-free"
-    assert families.get("sm90_bwd").path.startswith("TMA + wgmma, dQ by vector reductions into a tile-ordered")
+    assert families.get("sm90_bwd").path.startswith("TMA + wgmma, dQ by bulk reductions into a tile-ordered")
     assert families.get("sm90_bwd").coverage().archs == ("sm90",)
     assert families.get("sm90_bwd").coverage().head_dims == (64, 128, 192, 256)
 

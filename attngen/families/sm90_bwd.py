@@ -1,18 +1,19 @@
-"""The Hopper backward (sm_90a): a warp-specialized wgmma dK/dV kernel that adds dQ up in fp32, after the
-preprocess kernel, and (tile-ordered dQ) a dq_convert kernel.
+"""The Hopper backward (sm_90a): a warp-specialized wgmma dK/dV kernel that adds dQ up in fp32, after the preprocess
+kernel, and (tile-ordered dQ) a dq_convert kernel.
 
-One block owns 128 KV rows of one KV head: a producer warpgroup (TMA: K and V once, then Q and dO tiles
-through a ring of stages) and two consumer warpgroups (wgmma) of 64 KV rows each. By default (DQ_RED) each
-consumer warpgroup adds its dQ product from registers with red.global.add.v4.f32 into a tile-ordered fp32
-accumulator (HopperBwdTiling.dq_red: per-entry padded query tiles, each 64 x 64 box in wgmma fragment order),
-which dq_convert scales and writes as dQ. The rounding order of dQ varies from run to run; for deterministic specs
-(HopperBwdTiling.ordered_dq) dQ keeps main's path: staged in shared memory and added to the row-major accumulator
-with cp.reduce.async.bulk.tensor .add by producer warp 1, a semaphore per query tile admitting the KV blocks'
-reductions one at a time in dispatch order (the ordering needs one issuing warp per block; the consumers' own
-reductions could not be ordered without stalling them). The hd192/256 split adds dQ from registers too
-(sm90_bwd_split.py; deterministic: each consumer warpgroup waits for a tile's turn before its reductions). Its
-template is attn_bwd_hopper.cu.j2 (the preprocess kernel from templates/common/bwd_preprocess.cuh.j2, as the
-mma.sync backward has it), its parameter blocks abi.BWD_PARAMS
+One block owns 128 KV rows of one KV head: a producer warpgroup (TMA: K and V once, then Q and dO tiles through a
+ring of stages) and two consumer warpgroups (wgmma) of 64 KV rows each. By default (DQ_RED, DQ_BULK) each consumer
+warpgroup stages its dQ product in shared memory in wgmma fragment order and producer warp 1 adds it with one
+contiguous bulk reduction (cp.reduce.async.bulk .add.f32) into a tile-ordered fp32 accumulator
+(HopperBwdTiling.dq_red: per-entry padded query tiles, each 64 x 64 box in fragment order), which dq_convert scales
+and writes as dQ (without DQ_BULK the consumers add it from registers by red.global.add.v4.f32). The rounding order
+of dQ varies from run to run; for deterministic specs (HopperBwdTiling.ordered_dq) dQ is staged in shared memory and
+added to the row-major accumulator with cp.reduce.async.bulk.tensor .add by producer warp 1, a semaphore per query
+tile admitting the KV blocks' reductions one at a time in dispatch order (the ordering needs one issuing warp per
+block; the consumers' own reductions could not be ordered without stalling them). The hd192/256 split adds dQ from
+registers too (sm90_bwd_split.py; deterministic: each consumer warpgroup waits for a tile's turn before its
+reductions). Its template is attn_bwd_hopper.cu.j2 (the preprocess kernel from
+templates/common/bwd_preprocess.cuh.j2, as the mma.sync backward has it), its parameter blocks abi.BWD_PARAMS
 (preprocess, dq_convert reads the same fields in the wgmma block) and abi.HOPPER_BWD_PARAMS (TMA maps first).
 """
 
@@ -219,8 +220,8 @@ def dq_before_dk(dkv_from_smem: bool) -> bool:
 
 class Sm90Backward(BackwardFamily):
     name = "sm90_bwd"
-    path = ("TMA + wgmma, dQ by vector reductions into a tile-ordered accumulator (deterministic: TMA bulk reductions "
-            "in order; hd192/256: head_dim split)")
+    path = ("TMA + wgmma, dQ by bulk reductions into a tile-ordered accumulator (deterministic: TMA bulk reductions "
+            "in order; hd192/256: head_dim split, vector reductions)")
     template = "attn_bwd_hopper.cu.j2"
 
     def coverage(self) -> Coverage:
