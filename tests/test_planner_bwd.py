@@ -182,12 +182,13 @@ def test_backward_plans_carry_their_cost(arch: Arch) -> None:
 
 
 def test_hopper_backward_cost_meets_its_calibration() -> None:
-    """sm90_bwd's step overhead is calibrated on hd128 unmasked at seqlen 4096 (387 TFLOP/s measured on the H100);
-    the causal plan does half the work, and the atomic-free sm80_bwd plan on sm90 is predicted slower."""
+    """sm90_bwd's step overhead is calibrated on hd128 unmasked (468 / 558 TFLOP/s measured on the H100 at 2k / 8k,
+    peers_3: the reference workload's 4k between them); the causal plan does half the work, and the atomic-free
+    sm80_bwd plan on sm90 is predicted slower."""
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="none")
     full = plan_bwd(spec, Arch.sm90)
     assert isinstance(full, HopperBwdPlan)
-    assert full.cost.flops / full.cost.predicted_us / 1e6 == pytest.approx(387, rel=0.02)
+    assert 468 < full.cost.flops / full.cost.predicted_us / 1e6 < 558
     causal = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), Arch.sm90)
     assert causal.cost.flops * 2 == full.cost.flops
     assert causal.cost.predicted_us < 0.55 * full.cost.predicted_us

@@ -84,11 +84,13 @@ DQ_BULK = True
 DQ_RED_MASKED = True
 #: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
 #: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
-#: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its TMA
-#: reduction. Calibrated on the H100 (benchmarks/results/h100/bwd_hopper/bwd.json): hd128 unmasked at seqlen 4096
-#: (batch 4) measured 387 TFLOP/s, which this predicts; hd64 (339 measured) then predicts ~358, hd128 causal
-#: (343) ~382.
-STEP_OVERHEAD_CLK = 3200
+#: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its bulk
+#: reduction. Recalibrated on the H100 after the descriptor and bulk-dQ changes (benchmarks/results/h100/peers_3,
+#: TFLOP/s at 2k / 8k): hd128 unmasked 468 / 558, which brackets the 496 this predicts at the reference workload
+#: (seqlen 4096); hd64 then predicts 449 (379 / 442 measured), hd128 causal 488 (318 / 487), hd64 causal 443
+#: (300 / 407). Short sequences read below it (their blocks' K/V loads and dK/dV stores are not overlapped). The
+#: first calibration, 3200 (387 TFLOP/s at hd128 4k, bwd_hopper/bwd.json), read 0.69-0.84 of today's kernel.
+STEP_OVERHEAD_CLK = 1800
 #: An ordered dQ (deterministic specs) against the default: each query tile's reductions wait for the KV blocks
 #: dispatched before this one, and for their own completion. Measured on the H100 at hd128 8k
 #: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal. The split's ordered dQ
