@@ -118,8 +118,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     """The tiling where each consumer warpgroup owns 64 KV rows and all of head_dim."""
     red = dq_red_serves(spec, ordered_dq)
     bulk = red and DQ_BULK
-    staged = bulk or not red
-    d, bn, st = spec.head_dim, BLOCK_N, STAGES[not staged]
+    from_registers = red and not bulk   # else staged in shared-memory boxes for producer warp 1
+    d, bn, st = spec.head_dim, BLOCK_N, STAGES[from_registers]
     bm = BLOCK_M[d]
     e = dtype_trait(spec.dtype).size
     # dQ (block_m queries x head_dim over the block's KV rows) split between the two warpgroups: at
@@ -138,7 +138,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     words = schedule_words(spec)
     layout = SmemRegions.stack([
         ("K", bn * d * e), ("V", bn * d * e), ("Q", st * bm * d * e), ("DO", st * bm * d * e), ("DS", bn * bm * e),
-        ("P", bn * bm * e if from_smem else 0), ("DQ", wgs * 64 * dq_cols * 4 if staged else 0),
+        ("P", bn * bm * e if from_smem else 0), ("DQ", 0 if from_registers else wgs * 64 * dq_cols * 4),
         ("Rows", st * 2 * bm * 4), ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
