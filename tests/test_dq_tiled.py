@@ -22,7 +22,7 @@ SHAPES = [(128, 64), (64, 128), (64, 192), (64, 256)]   # (block_m, head_dim) of
 
 
 def _plan(head_dim: int, **update: object) -> HopperBwdPlan:
-    p = plan_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", mask="none").model_copy(update=update), Arch.sm90)
+    p = plan_bwd(AttentionSpec(**{"head_dim": head_dim, "dtype": "bf16", "mask": "none", **update}), Arch.sm90)
     assert isinstance(p, HopperBwdPlan)
     return p
 
@@ -48,9 +48,35 @@ def test_tiled_positions_are_a_permutation_in_fragment_order(block_m: int, head_
     assert len(rows) == 16 and len({(first + i) * 4 // 128 for i in range(128)}) == 4
 
 
+def test_transposed_boxes_are_a_permutation_in_fragment_order() -> None:
+    """dq_swap (hd128 unmasked, 80-query tiles): each box is one dQ^T product, 64 head-dim columns x 80 queries;
+    a thread's 16-byte value is two queries of two head-dim columns 8 apart."""
+    block_m, head_dim = 80, 128
+    pos = [tiles.tiled_dq_position(head_dim, i, block_m) for i in range(block_m * head_dim)]
+    assert sorted(pos) == [(r, c) for r in range(block_m) for c in range(head_dim)]
+    for i in range(0, block_m * head_dim, 4):
+        (r, c), *rest = pos[i:i + 4]
+        assert rest == [(r + 1, c), (r, c + 8), (r + 1, c + 8)]
+    assert {c // 64 for r, c in pos[:64 * block_m]} == {0} and {c // 64 for r, c in pos[64 * block_m:]} == {1}
+
+
+def test_unmasked_hd128_takes_80_query_steps_with_a_transposed_dq() -> None:
+    t = _plan(128).dkdv_wgmma
+    assert (t.block_m, t.dq_swap, t.dq_cols, t.dq_col_step, t.dq_query_step) == (80, True, 80, 64, 0)
+    assert t.dq_bulk and not t.dkv_from_smem and t.dq_before_dk
+    regions = dict(t.smem.offsets)
+    assert regions["P"] - regions["DS"] == 128 * 128 * 2, "dS^T in whole 128-byte swizzle rows: two of 64 queries"
+    assert regions["Rows"] - regions["DQ"] == 2 * 64 * 80 * 4
+    assert t.smem_bytes <= 227 * 1024
+    for update in ({"mask": "causal"}, {"deterministic": True}):
+        other = _plan(128, **update).dkdv_wgmma
+        assert other.block_m == 64 and not other.dq_swap, update
+    assert _plan(64).dkdv_wgmma.block_m == 128
+
+
 def test_the_rows_consumers_own_one_box_each() -> None:
     for head_dim in (64, 128):
-        t = _plan(head_dim).dkdv_wgmma
+        t = _plan(head_dim, mask="causal").dkdv_wgmma
         assert t.dq_red and t.dq_cols == tiles.DQ_BOX and t.consumer_wgs == 2
         boxes = [tiles.tiled_dq_box(t.block_m, head_dim, wg * t.dq_query_step, wg * t.dq_col_step) for wg in (0, 1)]
         assert boxes == [0, 1] == list(range(t.block_m * head_dim // tiles.DQ_BOX ** 2))
@@ -98,6 +124,32 @@ def test_the_accumulator_adds_and_converts_back_to_rows(block_m: int, head_dim: 
     assert torch.equal(tiles.tiled_dq_rows(b.dq_accum, block_m, lengths), dq)
 
 
+def test_the_transposed_accumulator_adds_and_converts_back_to_rows() -> None:
+    """The same with dq_swap's boxes (80-query tiles): value e of dq[j] of thread t of warpgroup wg's dQ^T product
+    (head-dim columns 64 wg.., queries of the tile) at wg 64 x 80 + 512 j + 4 t + e."""
+    block_m, head_dim, heads, lengths = 80, 128, 2, [100, 37, 80, 1]
+    flat = sum(lengths)
+    q = torch.zeros(1, flat, heads, head_dim)
+    b = rt.buffers(q, q, q, accumulate=True, entries=len(lengths), pad_rows=block_m, tiled_dq=True)
+    dq = torch.randn(flat, heads, head_dim)
+    acc = b.dq_accum.view(heads, -1)
+    at = 0
+    for entry, rows in enumerate(lengths):
+        start = (at + entry * block_m) // block_m * block_m
+        for m in range(-(-rows // block_m)):
+            tile = (start + m * block_m) * head_dim
+            for wg in range(2):
+                for j in range(block_m // 8):
+                    for t in range(128):
+                        for e in range(4):
+                            d_col, q_col = _wgmma_fragment(j, t, e)
+                            q_row = m * block_m + q_col
+                            v = dq[at + q_row, :, 64 * wg + d_col] if q_row < rows else torch.zeros(heads)
+                            acc[:, tile + wg * 64 * block_m + 512 * j + 4 * t + e] += v
+        at += rows
+    assert torch.equal(tiles.tiled_dq_rows(b.dq_accum, block_m, lengths, swap=True), dq)
+
+
 def test_buffers_refuse_a_tiled_accumulator_without_padded_rows() -> None:
     q = torch.zeros(2, 8, 1, 64)
     with pytest.raises(ValueError, match="tile-ordered"):
@@ -130,7 +182,7 @@ def test_dq_bulk_stages_fragments_for_one_bulk_reduction_a_box(monkeypatch: pyte
     red = _plan(128)
     b, r = bulk.dkdv_wgmma, red.dkdv_wgmma
     assert (b.dq_red, b.dq_bulk, b.stages) == (True, True, 2) and (r.dq_red, r.dq_bulk, r.stages) == (True, False, 3)
-    assert dict(b.smem.offsets)["Rows"] - dict(b.smem.offsets)["DQ"] == 2 * 64 * 64 * 4
+    assert dict(b.smem.offsets)["Rows"] - dict(b.smem.offsets)["DQ"] == 2 * 64 * b.dq_cols * 4
     assert dict(r.smem.offsets)["Rows"] == dict(r.smem.offsets)["DQ"], "no staging boxes when added from registers"
     assert bulk.entry_names == red.entry_names, "both convert the tile-ordered accumulator"
     assert "kDqBulk = true" in render(bulk).code and "kDqBulk = false" in render(red).code

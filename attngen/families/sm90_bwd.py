@@ -61,6 +61,12 @@ HEAD_DIMS = (64, 128)
 SPLIT_HEAD_DIMS = (192, 256)
 #: Query rows per step: 64 at hd128 (registers: dK + dV take 128), 128 at hd64.
 BLOCK_M = {64: 128, 128: 64}
+#: Query rows per step of unmasked specs at these head dims (HopperBwdTiling.dq_swap): 80 at hd128, a fifth more
+#: queries per step for the step's fixed work (barriers, the row values' loads, dQ's staging and reduction), where
+#: wgmma's M (64) cannot take 80 rows of dS: dQ's product is transposed, dQ^T = K^T dS^T. Masked specs keep 64: a
+#: band mask's diagonal tiles and a packed entry's last tile waste more of an 80-row step. A module constant so
+#: that the device A/B (benchmarks/ab_device.sh) can sed it to {}.
+BLOCK_M_UNMASKED = {128: 80}
 BLOCK_N = 128
 #: Q/dO stages, by whether dQ is added from registers (dq_red without dq_bulk): 2 where dQ is staged in shared memory
 #: (its boxes take a third stage's room), 3 where it is not (the third stage hides more of a step's loads). Two stages
@@ -120,13 +126,15 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     bulk = red and DQ_BULK
     from_registers = red and not bulk   # else staged in shared-memory boxes for producer warp 1
     d, bn, st = spec.head_dim, BLOCK_N, STAGES[from_registers]
-    bm = BLOCK_M[d]
+    bm = block_m(spec, bulk)
+    swap = bm % 64 != 0
     e = dtype_trait(spec.dtype).size
     # dQ (block_m queries x head_dim over the block's KV rows) split between the two warpgroups: at
     # hd128 by columns (64 each), at hd64 with 128 queries by query rows (64 each); each product
     # covers all KV rows, so every element of the accumulator gets one add per block.
-    dq_cols = 64
-    col_step, query_step = (64, 0) if bm == 64 else (0, 64)
+    # With dq_swap each warpgroup's product is 64 head-dim columns x all block_m queries (dQ^T = K^T dS^T).
+    dq_cols = bm if swap else 64
+    col_step, query_step = (64, 0) if bm <= 80 else (0, 64)
     # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup (none when added from registers);
     # mbarriers.
     # ... and per stage the query tile's LSE and D (bulk-copied beside Q and dO); a mask with holes adds its
@@ -136,13 +144,18 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     from_smem = bm == 128
     wgs = bn // 64
     words = schedule_words(spec)
+    # dS^T's rows are whole 128-byte swizzle rows of 64 queries (an 80-query tile takes two, the second a quarter
+    # used): dK's A operand steps through them by k-steps, dQ^T's B operand reads them MN-major.
+    ds_cols = -(-bm // 64) * 64
     layout = SmemRegions.stack([
-        ("K", bn * d * e), ("V", bn * d * e), ("Q", st * bm * d * e), ("DO", st * bm * d * e), ("DS", bn * bm * e),
+        ("K", bn * d * e), ("V", bn * d * e), ("Q", st * bm * d * e), ("DO", st * bm * d * e), ("DS", bn * ds_cols * e),
         ("P", bn * bm * e if from_smem else 0), ("DQ", 0 if from_registers else wgs * 64 * dq_cols * 4),
         ("Rows", st * 2 * bm * 4), ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
-    regs = d + bm + REG_OVERHEAD
+    # dK and dV (head_dim fp32 registers a thread together), S^T and dP^T (block_m), the rest; D is read late at
+    # more than 64 queries (kDEarly), which leaves its 2 block_m / 8 registers free during the products.
+    regs = d + bm + REG_OVERHEAD - (2 * bm // 8 if bm > 64 and not from_smem else 0)
     if smem > info.smem_per_block or regs > consumer_regs:
         raise PlanError(f"needs {smem} B and ~{regs} registers; {info.arch.value} gives {info.smem_per_block} B, "
                         f"{consumer_regs} registers")
@@ -151,7 +164,16 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(from_smem), smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
-                           dq_bulk=bulk)
+                           dq_bulk=bulk, dq_swap=swap)
+
+
+def block_m(spec: AttentionSpec, bulk: bool) -> int:
+    """Query rows per step (BLOCK_M; BLOCK_M_UNMASKED for unmasked specs whose dQ is bulk-reduced into the
+    tile-ordered accumulator, the only path that takes a transposed dQ product)."""
+    d = spec.head_dim
+    if bulk and spec.mask.kind is MaskKind.none and d in BLOCK_M_UNMASKED:
+        return BLOCK_M_UNMASKED[d]
+    return BLOCK_M[d]
 
 
 def step_l2_bytes(spec: AttentionSpec, t: HopperBwdTiling) -> int:

@@ -26,28 +26,33 @@ def tiled_dq_box(block_m: int, head_dim: int, row0: int, col0: int) -> int:
     return row0 // DQ_BOX * (head_dim // DQ_BOX) + col0 // DQ_BOX
 
 
-def tiled_dq_position(head_dim: int, i: int) -> tuple[int, int]:
+def tiled_dq_position(head_dim: int, i: int, swap_rows: int = 0) -> tuple[int, int]:
     """Where value i of a tile of the tile-ordered accumulator goes in the tile (row, column): box i // 4096 in
     row-major box order; in it 8-column tile j, warpgroup thread t, value e of the wgmma fragment dq[j][e] at
     512 j + 4 t + e (a warp's 16-byte reductions cover 512 contiguous bytes); the fragment's rows are
-    16 (t / 32) + (t % 32) / 4 (+ 8 for e >= 2), its columns 8 j + 2 (t % 4) + e % 2 (dq_convert's mapping)."""
-    box, f = divmod(i, DQ_BOX * DQ_BOX)
+    16 (t / 32) + (t % 32) / 4 (+ 8 for e >= 2), its columns 8 j + 2 (t % 4) + e % 2 (dq_convert's mapping).
+    swap_rows: the tile's query rows when its boxes are transposed products (HopperBwdTiling.dq_swap): box
+    i // (64 swap_rows) holds head-dim columns 64 box.., the fragment's rows are head-dim columns and its columns
+    queries."""
+    box, f = divmod(i, DQ_BOX * (swap_rows or DQ_BOX))
     j, rest = divmod(f, 512)
     t, e = divmod(rest, 4)
+    frag_row, frag_col = 16 * (t // 32) + (t % 32) // 4 + 8 * (e // 2), 8 * j + 2 * (t % 4) + e % 2
+    if swap_rows:
+        return frag_col, DQ_BOX * box + frag_row
     boxes_per_row = head_dim // DQ_BOX
-    row = DQ_BOX * (box // boxes_per_row) + 16 * (t // 32) + (t % 32) // 4 + 8 * (e // 2)
-    col = DQ_BOX * (box % boxes_per_row) + 8 * j + 2 * (t % 4) + e % 2
-    return row, col
+    return DQ_BOX * (box // boxes_per_row) + frag_row, DQ_BOX * (box % boxes_per_row) + frag_col
 
 
-def tiled_dq_rows(accum: torch.Tensor, block_m: int, entry_rows: list[int]) -> torch.Tensor:
+def tiled_dq_rows(accum: torch.Tensor, block_m: int, entry_rows: list[int], swap: bool = False) -> torch.Tensor:
     """What dq_convert computes, unscaled, on the host (for tests): the (flat rows, heads, head_dim) dQ of a
     tile-ordered (heads, rows_stride, head_dim) accumulator whose entries of `entry_rows` queries start at whole
-    tiles (padded_rows_offset)."""
+    tiles (padded_rows_offset); swap: its boxes are transposed products (HopperBwdTiling.dq_swap)."""
     import torch
 
     heads, _, d = accum.shape
-    order = torch.tensor([r * d + c for r, c in map(lambda i: tiled_dq_position(d, i), range(block_m * d))])
+    order = torch.tensor([r * d + c for r, c in map(lambda i: tiled_dq_position(d, i, block_m if swap else 0),
+                                                             range(block_m * d))])
     out, flat = [], 0
     for b, rows in enumerate(entry_rows):
         start = (flat + b * block_m) // block_m * block_m
