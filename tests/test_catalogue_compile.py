@@ -54,6 +54,7 @@ def test_catalogue_compiles_with_zero_spills(catalogue_cubins: dict, arch: Arch)
         assert 0 < res.registers <= 255
         assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), \
             f"{spec.name} on {arch.value} spills: {res}"
+        assert not res.wgmma_serialized, f"{spec.name} on {arch.value}: ptxas serialized its wgmmas (C7512)"
 
 
 @pytest.mark.parametrize("arch", OTHER_ARCHS, ids=lambda a: a.value)
@@ -85,6 +86,7 @@ def test_catalogue_backward_compiles_with_zero_spills(arch: Arch) -> None:
         for res in cubin.resources:
             assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), \
                 f"{spec.name} backward on {arch.value} spills: {res}"
+            assert not res.wgmma_serialized, f"{spec.name} backward on {arch.value}: ptxas serialized its wgmmas"
 
 
 def test_sm90_catalogue_runs_the_hopper_pipelines_on_hgmma(catalogue_cubins: dict) -> None:

@@ -110,6 +110,22 @@ LOG_LEGACY = (
 )
 
 
+# NVRTC 13.5 on sm_90a: ptxas's advisory that it serialized a kernel's wgmmas (captured from an 80-query backward step
+# that issued dQ's product beside P^T's and dS^T's packed copies).
+LOG_SERIALIZED = (
+    "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+    "insufficient register resources for the function 'attn_dkdv'\n"
+    "ptxas info    : Compiling entry function 'attn_dkdv' for 'sm_90a'\n"
+    "ptxas info    : Function properties for attn_dkdv\n"
+    "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+    "ptxas info    : Used 168 registers, used 16 barriers\n"
+    "ptxas info    : Compiling entry function 'attn_convert' for 'sm_90a'\n"
+    "ptxas info    : Function properties for attn_convert\n"
+    "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+    "ptxas info    : Used 32 registers, used 0 barriers\n"
+)
+
+
 def child_environment() -> dict[str, str]:
     """This environment, with the repository first on PYTHONPATH (for `python -m attngen...`)."""
     paths = [str(REPO), os.environ.get("PYTHONPATH", "")]
@@ -150,6 +166,14 @@ def test_parse_sm90a_report_without_cmem():
 def test_parse_spills():
     (got,) = compiler.parse_ptxas_report(LOG_SPILL)
     assert (got.spill_stores, got.spill_loads, got.stack_bytes, got.registers) == (488, 492, 272, 32)
+
+
+def test_parse_serialized_wgmma_names_its_function():
+    dkdv, convert = compiler.parse_ptxas_report(LOG_SERIALIZED)
+    assert (dkdv.name, dkdv.wgmma_serialized, dkdv.spill_stores, dkdv.registers) == ("attn_dkdv", True, 0, 168)
+    assert (convert.name, convert.wgmma_serialized) == ("attn_convert", False)
+    assert dkdv.as_manifest()["wgmma_serialized"] is True
+    assert not compiler.parse_ptxas_report(LOG_SM90A)[0].wgmma_serialized
 
 
 def test_parse_legacy_format_keeps_device_functions_apart():

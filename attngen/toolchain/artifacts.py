@@ -53,10 +53,13 @@ class KernelResources:
     spill_loads: int
     smem_bytes: int
     stack_bytes: int = 0
+    #: ptxas serialized its wgmmas for want of registers (advisory C7512): no spill, but one product at a time.
+    wgmma_serialized: bool = False
 
     def as_manifest(self) -> dict[str, object]:
         return {"name": self.name, "registers": self.registers, "spill_stores": self.spill_stores,
-                "spill_loads": self.spill_loads, "smem_bytes": self.smem_bytes, "stack_bytes": self.stack_bytes}
+                "spill_loads": self.spill_loads, "smem_bytes": self.smem_bytes, "stack_bytes": self.stack_bytes,
+                "wgmma_serialized": self.wgmma_serialized}
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,9 @@ _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _PROPS_FOR = re.compile(r"Function properties for '?([^'\s]+)'?")
 _SPILL_WARNING = re.compile(r"spilled to local memory in function '([^']+)', "
                             r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+#: ptxas's advisory C7512: it could not keep the accumulators of wgmmas in flight together in registers and waits for
+#: each before the next (a kernel that compiles, without spills, and runs the tensor cores one product at a time).
+_WGMMA_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized .* for the function '([^']+)'")
 _FIELDS = {
     "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
     "spill_stores": re.compile(r"(\d+) bytes spill stores"),
@@ -109,6 +112,9 @@ def parse_ptxas_report(log: str) -> tuple[KernelResources, ...]:
             got["spill_stores"] = max(got.get("spill_stores", 0), int(m.group(2)))
             got["spill_loads"] = max(got.get("spill_loads", 0), int(m.group(3)))
             continue
+        if m := _WGMMA_SERIALIZED.search(line):
+            facts.setdefault(m.group(1), {})["wgmma_serialized"] = 1
+            continue
         if m := _PROPS_FOR.search(line):
             props_for = m.group(1)
             continue
@@ -129,7 +135,8 @@ def _collect(line: str, patterns: dict[str, re.Pattern[str]], facts: dict[str, d
 def _resources(name: str, got: dict[str, int]) -> KernelResources:
     return KernelResources(name=name, registers=got.get("registers", 0),
                            spill_stores=got.get("spill_stores", 0), spill_loads=got.get("spill_loads", 0),
-                           smem_bytes=got.get("smem_bytes", 0), stack_bytes=got.get("stack_bytes", 0))
+                           smem_bytes=got.get("smem_bytes", 0), stack_bytes=got.get("stack_bytes", 0),
+                           wgmma_serialized=bool(got.get("wgmma_serialized", 0)))
 
 
 # ---- NVRTC ----------------------------------------------------------------------------------
