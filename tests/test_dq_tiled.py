@@ -63,7 +63,7 @@ def test_transposed_boxes_are_a_permutation_in_fragment_order() -> None:
 def test_unmasked_hd128_takes_80_query_steps_with_a_transposed_dq() -> None:
     t = _plan(128).dkdv_wgmma
     assert (t.block_m, t.dq_swap, t.dq_cols, t.dq_col_step, t.dq_query_step) == (80, True, 80, 64, 0)
-    assert t.dq_bulk and not t.dkv_from_smem and not t.dq_before_dk
+    assert t.dq_bulk and not t.dkv_from_smem and t.dq_before_dk and t.dk_from_smem
     regions = dict(t.smem.offsets)
     assert regions["P"] - regions["DS"] == 128 * 128 * 2, "dS^T in whole 128-byte swizzle rows: two of 64 queries"
     assert regions["Rows"] - regions["DQ"] == 2 * 64 * 80 * 4

@@ -162,7 +162,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=producer_regs,
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
                            dq_query_step=query_step, dkv_from_smem=from_smem,
-                           dq_before_dk=dq_before_dk(from_smem, swap), smem_bytes=smem, smem=layout,
+                           dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, dq_swap=swap)
 
@@ -233,15 +233,15 @@ def dq_red_serves(spec: AttentionSpec, ordered_dq: bool) -> bool:
     return DQ_RED and not ordered_dq and (DQ_RED_MASKED or spec.mask.kind is MaskKind.none)
 
 
-def dq_before_dk(dkv_from_smem: bool, dq_swap: bool) -> bool:
+def dq_before_dk(dkv_from_smem: bool) -> bool:
     """Whether a step issues dQ's product before dK's and stages dQ while dK's runs. Measured on the H100
     (results/h100/bwd_overlap_2, against dV and dK first): hd128 unmasked +5-7% at 2k and 8k; hd128 causal -2-3%
     at 8k with the row-major staged dQ, but +6-7% with the tile-ordered bulk path (results/h100/dq_stm: 472-478 ->
     503-507 TFLOP/s); hd64 (P^T and dS^T from shared memory) within 1%. So every spec with dV and dK fed from
-    registers, but for 80-query steps (dq_swap): there dQ's 40 accumulator registers issued beside P^T's and dS^T's
-    packed copies made ptxas serialize the wgmmas (C7512; at 80 queries that read 7-10% below 64-query steps,
-    results/h100/q80_1)."""
-    return not dkv_from_smem and not dq_swap
+    registers. At 80 queries (dq_swap) dQ's 40 accumulator registers issued beside P^T's and dS^T's packed copies made
+    ptxas serialize the wgmmas (C7512; 7-10% below 64-query steps, results/h100/q80_1), and dK before dQ read level
+    with 64-query steps (q80_2): dK's product reads dS^T from shared memory there instead (dk_from_smem)."""
+    return not dkv_from_smem
 
 
 class Sm90Backward(BackwardFamily):

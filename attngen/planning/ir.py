@@ -292,6 +292,9 @@ class HopperBwdTiling(_Frozen):
     #: block_m queries (dq_cols = block_m), so that block_m need not be a multiple of wgmma's M (64); the
     #: accumulator's boxes are then 64 head-dim columns x block_m queries in that product's fragment order.
     dq_swap: bool = False
+    #: With dq_before_dk and dV/dK fed from registers: dK's product reads dS^T from shared memory (stored there for
+    #: dQ's) instead of its packed register copy, which then dies once stored (registers for dQ's accumulator).
+    dk_from_smem: bool = False
 
     @property
     def consumer_wgs(self) -> int:
