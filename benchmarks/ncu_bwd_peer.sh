@@ -1,10 +1,13 @@
 #!/bin/bash
 # Nsight Compute, full set, of the sm90 backward's main kernel: attngen's dK/dV kernel beside FlashAttention-4's
 # (flash_attn.cute, carried in .fa4whl) on the same inputs (device machine). NCU_CONFIGS="128 ;128 --causal" (head
-# dim, then --causal or nothing; ';' between), NCU_IMPLS="attngen fa4". Move generated/ and benchmarks/results/ out of the tree for the call.
+# dim, then --causal or nothing; ';' between), NCU_IMPLS="attngen fa4", NCU_TREE (a folder of another version's attngen,
+# as benchmarks/ab_device.sh's trees; this tree's by default). Move generated/ and benchmarks/results/ out of the tree
+# for the call when carrying .fa4whl.
 #   bash benchmarks/ncu_bwd_peer.sh [tag]      (writes $OUT/ncu_peer_<tag>.tgz: <impl>_<cfg>.txt, .sass.csv.gz, .log,
 #   .kernels; a call brings back 8 files, so one archive, the reports left out)
 . benchmarks/device_env.sh
+[ -n "$NCU_TREE" ] && export PYTHONPATH=/tmp/site:$PWD/$NCU_TREE
 if [[ "${NCU_IMPLS:-fa4}" == *fa4* ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
     || exit 1
