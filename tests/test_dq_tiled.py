@@ -60,7 +60,17 @@ def test_transposed_boxes_are_a_permutation_in_fragment_order() -> None:
     assert {c // 64 for r, c in pos[:64 * block_m]} == {0} and {c // 64 for r, c in pos[64 * block_m:]} == {1}
 
 
-def test_unmasked_hd128_takes_80_query_steps_with_a_transposed_dq() -> None:
+@pytest.fixture
+def q80(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 80-query steps of unmasked hd128 (off by default: measured no faster, sm90_bwd.BLOCK_M_UNMASKED)."""
+    monkeypatch.setattr(sm90_bwd, "BLOCK_M_UNMASKED", {128: 80})
+
+
+def test_80_query_steps_are_off_by_default() -> None:
+    assert sm90_bwd.BLOCK_M_UNMASKED == {} and _plan(128).dkdv_wgmma.block_m == 64
+
+
+def test_unmasked_hd128_takes_80_query_steps_with_a_transposed_dq(q80: None) -> None:
     t = _plan(128).dkdv_wgmma
     assert (t.block_m, t.dq_swap, t.dq_cols, t.dq_col_step, t.dq_query_step) == (80, True, 80, 64, 0)
     assert t.dq_bulk and not t.dkv_from_smem and t.dq_before_dk and t.dk_from_smem
@@ -122,6 +132,23 @@ def test_the_accumulator_adds_and_converts_back_to_rows(block_m: int, head_dim: 
                             acc[:, tile + box * 4096 + 512 * j + 4 * t + e] += v
         at += rows
     assert torch.equal(tiles.tiled_dq_rows(b.dq_accum, block_m, lengths), dq)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_80_query_steps_compile_without_spills_or_serialized_wgmmas(q80: None, dtype: str) -> None:
+    """The kernel of the 80-query plan: its transposed dQ product (HGMMA 64x80 with both operands transposed), dK's
+    product from dS^T in shared memory (SS), no spills and no wgmma serialized for want of registers (ptxas C7512,
+    which issuing dQ beside P^T's and dS^T's packed copies caused)."""
+    from attngen.toolchain.sass import disassemble
+
+    spec = AttentionSpec(head_dim=128, dtype=dtype, mask="none")
+    cubin = build.build_bwd(spec, "sm90")
+    assert cubin.source.plan.dkdv_wgmma.block_m == 80
+    for res in cubin.resources:
+        assert (res.spill_stores, res.spill_loads, res.wgmma_serialized) == (0, 0, False), res
+    sass = disassemble(cubin.data)
+    assert re.search(r"HGMMA\.64x80x16\.F32(\.\w+)? R\d+, gdesc\[UR\d+\]\.tnspA\.tnspB", sass), "dQ^T = K^T dS^T"
+    assert len(re.findall(r"HGMMA\.64x128x16\.F32(\.\w+)? R\d+, gdesc", sass)) == 5, "dK from shared memory: 5 k-steps"
 
 
 def test_the_transposed_accumulator_adds_and_converts_back_to_rows() -> None:

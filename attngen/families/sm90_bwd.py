@@ -61,12 +61,14 @@ HEAD_DIMS = (64, 128)
 SPLIT_HEAD_DIMS = (192, 256)
 #: Query rows per step: 64 at hd128 (registers: dK + dV take 128), 128 at hd64.
 BLOCK_M = {64: 128, 128: 64}
-#: Query rows per step of unmasked specs at these head dims (HopperBwdTiling.dq_swap): 80 at hd128, a fifth more
-#: queries per step for the step's fixed work (barriers, the row values' loads, dQ's staging and reduction), where
-#: wgmma's M (64) cannot take 80 rows of dS: dQ's product is transposed, dQ^T = K^T dS^T. Masked specs keep 64: a
-#: band mask's diagonal tiles and a packed entry's last tile waste more of an 80-row step. A module constant so
-#: that the device A/B (benchmarks/ab_device.sh) can sed it to {}.
-BLOCK_M_UNMASKED = {128: 80}
+#: Query rows per step of unmasked specs at these head dims (HopperBwdTiling.dq_swap), {128: 80} for FlashAttention's
+#: hd128 tile: a fifth more queries per step for the step's fixed work (barriers, the row values' loads, dQ's staging
+#: and reduction), where wgmma's M (64) cannot take 80 rows of dS, so dQ's product is transposed, dQ^T = K^T dS^T.
+#: Masked specs would keep 64 (a band mask's diagonal tiles waste more of an 80-row step). Off: measured on the H100
+#: at hd128 unmasked 2k-16k (results/h100/q80, NOTES.md) 80-query steps read level with 64 (dK before dQ) or 2-4%
+#: below (dQ first, dK from shared memory); the profile has the tensor pipe no busier, the warps waiting on the
+#: products as before. Compiled and tested (CPU and GPU) with the switch on; a module constant for the device A/B.
+BLOCK_M_UNMASKED: dict[int, int] = {}
 BLOCK_N = 128
 #: Q/dO stages, by whether dQ is added from registers (dq_red without dq_bulk): 2 where dQ is staged in shared memory
 #: (its boxes take a third stage's room), 3 where it is not (the third stage hides more of a step's loads). Two stages
