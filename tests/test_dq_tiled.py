@@ -66,6 +66,19 @@ def q80(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sm90_bwd, "BLOCK_M_UNMASKED", {128: 80})
 
 
+def test_stages_are_the_most_the_budget_holds() -> None:
+    """Three Q/dO stages at hd128 (with dQ's staging boxes 215.6 KB); at hd64 three would pass sm90's 227 KB beside
+    P^T's tile, so two."""
+    from attngen.planning.archs import arch_info
+
+    budget = arch_info(Arch.sm90).smem_per_block
+    t128, t64 = _plan(128).dkdv_wgmma, _plan(64).dkdv_wgmma
+    assert (t128.stages, t64.stages) == (sm90_bwd.STAGES[False], 2) == (3, 2)
+    assert t128.smem_bytes <= budget and t64.smem_bytes <= budget
+    three = sm90_bwd._rows_layout(AttentionSpec(head_dim=64, dtype="bf16"), 128, 3, True, 64, 0)
+    assert three.total_bytes > budget
+
+
 def test_80_query_steps_are_off_by_default() -> None:
     assert sm90_bwd.BLOCK_M_UNMASKED == {} and _plan(128).dkdv_wgmma.block_m == 64
 
@@ -189,8 +202,8 @@ def test_dq_red_switch_keeps_mains_staged_path(monkeypatch: pytest.MonkeyPatch) 
     red = _plan(128)
     monkeypatch.setattr(sm90_bwd, "DQ_RED", False)
     staged = _plan(128)
-    assert (red.dkdv_wgmma.dq_red, red.dkdv_wgmma.dq_bulk, red.dkdv_wgmma.stages) == (True, True, 2)
-    assert (staged.dkdv_wgmma.dq_red, staged.dkdv_wgmma.dq_bulk, staged.dkdv_wgmma.stages) == (False, False, 2)
+    assert (red.dkdv_wgmma.dq_red, red.dkdv_wgmma.dq_bulk, red.dkdv_wgmma.stages) == (True, True, 3)
+    assert (staged.dkdv_wgmma.dq_red, staged.dkdv_wgmma.dq_bulk, staged.dkdv_wgmma.stages) == (False, False, 3)
     assert staged.entry_names == red.entry_names[:2]
     code = render(staged).code
     assert "kDqRed = false" in code and "_dq_convert(" not in code
@@ -200,15 +213,15 @@ def test_dq_red_switch_keeps_mains_staged_path(monkeypatch: pytest.MonkeyPatch) 
 
 def test_dq_bulk_stages_fragments_for_one_bulk_reduction_a_box(monkeypatch: pytest.MonkeyPatch) -> None:
     """DQ_BULK (the default, unmasked): the consumers stage each 64 x 64 dQ product in fragment order in a shared box
-    (room for two Q/dO stages, not three) and producer warp 1 adds it with one contiguous bulk reduction; off, they
-    add it from registers (eight four-float REDG a thread), with a third stage in the boxes' room. Same accumulator."""
+    and producer warp 1 adds it with one contiguous bulk reduction; off, they add it from registers (eight four-float
+    REDG a thread). Same accumulator. At hd128 both hold three Q/dO stages; at hd64 the boxes leave room for two."""
     from attngen.toolchain.sass import disassemble, opcodes
 
     bulk = _plan(128)
     monkeypatch.setattr(sm90_bwd, "DQ_BULK", False)
     red = _plan(128)
     b, r = bulk.dkdv_wgmma, red.dkdv_wgmma
-    assert (b.dq_red, b.dq_bulk, b.stages) == (True, True, 2) and (r.dq_red, r.dq_bulk, r.stages) == (True, False, 3)
+    assert (b.dq_red, b.dq_bulk, b.stages) == (True, True, 3) and (r.dq_red, r.dq_bulk, r.stages) == (True, False, 3)
     assert dict(b.smem.offsets)["Rows"] - dict(b.smem.offsets)["DQ"] == 2 * 64 * b.dq_cols * 4
     assert dict(r.smem.offsets)["Rows"] == dict(r.smem.offsets)["DQ"], "no staging boxes when added from registers"
     assert bulk.entry_names == red.entry_names, "both convert the tile-ordered accumulator"
@@ -233,7 +246,7 @@ def test_the_switches_are_sed_able() -> None:
     """benchmarks/dq_red_device.sh seds these lines to time the other settings."""
     families = Path(sm90_bwd.__file__).parent
     rows, split = (families / "sm90_bwd.py").read_text(), (families / "sm90_bwd_split.py").read_text()
-    assert re.search(r"^DQ_RED = True$", rows, re.M) and re.search(r"^STAGES = \{True: 3, False: 2\}$", rows, re.M)
+    assert re.search(r"^DQ_RED = True$", rows, re.M) and re.search(r"^STAGES = \{True: 3, False: 3\}$", rows, re.M)
     assert re.search(r"^SPLIT_DQ_V4 = True$", split, re.M)
     script = (Path(__file__).parents[1] / "benchmarks" / "dq_red_device.sh").read_text()
     for line in ("DQ_RED = False", "SPLIT_DQ_V4 = False", "STAGES = {True: 2, False: 2}"):

@@ -70,11 +70,13 @@ BLOCK_M = {64: 128, 128: 64}
 #: products as before. Compiled and tested (CPU and GPU) with the switch on; a module constant for the device A/B.
 BLOCK_M_UNMASKED: dict[int, int] = {}
 BLOCK_N = 128
-#: Q/dO stages, by whether dQ is added from registers (dq_red without dq_bulk): 2 where dQ is staged in shared memory
-#: (its boxes take a third stage's room), 3 where it is not (the third stage hides more of a step's loads). Two stages
-#: with red from registers (the device script's red2 variant) measured within the run's noise of three at hd64/128
-#: (results/h100/dq_red).
-STAGES = {True: 3, False: 2}
+#: The most Q/dO stages, by whether dQ is added from registers (dq_red without dq_bulk); the planner takes the most the
+#: shared-memory budget holds, down to MIN_STAGES. Three where dQ is staged in shared memory too: at hd128 (215.6 KB
+#: with the boxes) three measured +2-4% over two at 8k, level at 2k and 16k (results/h100/st3); hd64's 128-query
+#: tiles (P^T's tile beside dS^T's, and the boxes) hold two. Two stages with red from registers (the device script's
+#: red2 variant) measured within the run's noise of three at hd64/128 (results/h100/dq_red).
+STAGES = {True: 3, False: 3}
+MIN_STAGES = 2
 #: dQ added from registers by red.global.add.v4.f32 into the tile-ordered accumulator (HopperBwdTiling.dq_red)
 #: instead of staged in shared memory and TMA-reduced by producer warp 1 (main's path, kept for ordered dQ). Why: the
 #: staged form's profile (results/h100/bwd_lse_rows/ncu_lse_rows) shows its 16 KB of fp32 stores and the bulk read
@@ -127,32 +129,26 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     red = dq_red_serves(spec, ordered_dq)
     bulk = red and DQ_BULK
     from_registers = red and not bulk   # else staged in shared-memory boxes for producer warp 1
-    d, bn, st = spec.head_dim, BLOCK_N, STAGES[from_registers]
+    d, bn = spec.head_dim, BLOCK_N
     bm = block_m(spec, bulk)
     swap = bm % 64 != 0
-    e = dtype_trait(spec.dtype).size
     # dQ (block_m queries x head_dim over the block's KV rows) split between the two warpgroups: at
     # hd128 by columns (64 each), at hd64 with 128 queries by query rows (64 each); each product
     # covers all KV rows, so every element of the accumulator gets one add per block.
     # With dq_swap each warpgroup's product is 64 head-dim columns x all block_m queries (dQ^T = K^T dS^T).
     dq_cols = bm if swap else 64
     col_step, query_step = (64, 0) if bm <= 80 else (0, 64)
-    # K, V; Q and dO stages; dS^T; one fp32 dQ staging box per consumer warpgroup (none when added from registers);
-    # mbarriers.
-    # ... and per stage the query tile's LSE and D (bulk-copied beside Q and dO); a mask with holes adds its
-    # live-tile bitmap (planning.shared.SCHEDULE_WORDS).
     # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
     # would spill beside S^T and dP^T: 60 B at hd64), so P^T gets a tile beside dS^T.
     from_smem = bm == 128
-    wgs = bn // 64
     words = schedule_words(spec)
-    # dS^T's rows are whole 128-byte swizzle rows of 64 queries (an 80-query tile takes two, the second a quarter
-    # used): dK's A operand steps through them by k-steps, dQ^T's B operand reads them MN-major.
-    ds_cols = -(-bm // 64) * 64
-    layout = SmemRegions.stack([
-        ("K", bn * d * e), ("V", bn * d * e), ("Q", st * bm * d * e), ("DO", st * bm * d * e), ("DS", bn * ds_cols * e),
-        ("P", bn * bm * e if from_smem else 0), ("DQ", 0 if from_registers else wgs * 64 * dq_cols * 4),
-        ("Rows", st * 2 * bm * 4), ("Bar", 8 * (1 + 2 * st)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
+    # The most Q/dO stages (STAGES) the budget holds, down to MIN_STAGES; a mask with holes keeps two (its live-tile
+    # walk beside a third stage's index spilled 16 B at hd128 under NVRTC 13.0).
+    most = MIN_STAGES if words else STAGES[from_registers]
+    for st in range(most, MIN_STAGES - 1, -1):
+        layout = _rows_layout(spec, bm, st, from_smem, 0 if from_registers else dq_cols, words)
+        if layout.total_bytes <= info.smem_per_block:
+            break
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
     # dK and dV (head_dim fp32 registers a thread together), S^T and dP^T (block_m), the rest; D is read late at
@@ -167,6 +163,20 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, dq_swap=swap)
+
+
+def _rows_layout(spec: AttentionSpec, bm: int, stages: int, from_smem: bool, dq_cols: int, words: int) -> SmemRegions:
+    """K, V; the Q and dO stages; dS^T; P^T when dV and dK take it from shared memory (from_smem); one fp32 dQ staging
+    box of 64 x dq_cols per consumer warpgroup (0: dQ added from registers); per stage the query tile's LSE and D
+    (bulk-copied beside Q and dO); the mbarriers; a mask with holes' live-tile bitmap (planning.shared.SCHEDULE_WORDS).
+    dS^T's rows are whole 128-byte swizzle rows of 64 queries (an 80-query tile takes two, the second a quarter
+    used): dK's A operand steps through them by k-steps, dQ^T's B operand reads them MN-major."""
+    d, bn, e = spec.head_dim, BLOCK_N, dtype_trait(spec.dtype).size
+    ds_cols = -(-bm // 64) * 64
+    return SmemRegions.stack([
+        ("K", bn * d * e), ("V", bn * d * e), ("Q", stages * bm * d * e), ("DO", stages * bm * d * e),
+        ("DS", bn * ds_cols * e), ("P", bn * bm * e if from_smem else 0), ("DQ", bn // 64 * 64 * dq_cols * 4),
+        ("Rows", stages * 2 * bm * 4), ("Bar", 8 * (1 + 2 * stages)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
 
 
 def block_m(spec: AttentionSpec, bulk: bool) -> int:
