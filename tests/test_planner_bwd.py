@@ -104,11 +104,11 @@ def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
     assert isinstance(det, HopperBwdPlan) and det.dkdv_wgmma.ordered_dq
     # The ordered dQ keeps the row-major staged path (producer warp 1 issues the tensor-map reductions in order); the
     # default stages its boxes in fragment order for bulk reductions into the tile-ordered accumulator (dq_bulk): the
-    # same boxes and 2 stages; the same tiles and registers otherwise.
-    assert not det.dkdv_wgmma.dq_red and len(det.entry_names) == 2 and det.dkdv_wgmma.stages == 2
+    # same boxes and 3 stages; the same tiles and registers otherwise.
+    assert not det.dkdv_wgmma.dq_red and len(det.entry_names) == 2 and det.dkdv_wgmma.stages == 3
     assert h.dq_red and h.dq_bulk and not det.dkdv_wgmma.dq_bulk
     dq_bytes = [t.smem.offset("Rows") - t.smem.offset("DQ") for t in (det.dkdv_wgmma, h)]
-    assert dq_bytes == [2 * 64 * 64 * 4] * 2 and h.stages == 2
+    assert dq_bytes == [2 * 64 * 64 * 4] * 2 and h.stages == 3
     same = ("block_m", "block_n", "producer_regs", "consumer_regs", "dq_cols", "dq_col_step", "dq_query_step",
             "dkv_from_smem", "dq_before_dk", "regs_estimate")
     assert all(getattr(det.dkdv_wgmma, f) == getattr(h, f) for f in same)
