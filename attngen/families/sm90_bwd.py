@@ -137,7 +137,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     # covers all KV rows, so every element of the accumulator gets one add per block.
     # With dq_swap each warpgroup's product is 64 head-dim columns x all block_m queries (dQ^T = K^T dS^T).
     dq_cols = bm if swap else 64
-    col_step, query_step = (64, 0) if bm <= 80 else (0, 64)
+    col_step, query_step = (0, 64) if bm == 128 else (64, 0)
     # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
     # would spill beside S^T and dP^T: 60 B at hd64), so P^T gets a tile beside dS^T.
     from_smem = bm == 128
@@ -162,7 +162,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
-                           dq_bulk=bulk, dq_swap=swap)
+                           dq_bulk=bulk)
 
 
 def _rows_layout(spec: AttentionSpec, bm: int, stages: int, from_smem: bool, dq_cols: int, words: int) -> SmemRegions:

@@ -288,13 +288,16 @@ class HopperBwdTiling(_Frozen):
     #: (16-byte stores, conflict-free) and producer warp 1 adds each warpgroup's 64 x 64 box with one contiguous bulk
     #: reduction (cp.reduce.async.bulk .add.f32), off the consumers' path, instead of red.global.add from registers.
     dq_bulk: bool = False
-    #: With dq_bulk: dQ's product transposed, dQ^T = K^T dS^T, each consumer warpgroup's 64 head-dim columns x all
-    #: block_m queries (dq_cols = block_m), so that block_m need not be a multiple of wgmma's M (64); the
-    #: accumulator's boxes are then 64 head-dim columns x block_m queries in that product's fragment order.
-    dq_swap: bool = False
     #: With dq_before_dk and dV/dK fed from registers: dK's product reads dS^T from shared memory (stored there for
     #: dQ's) instead of its packed register copy, which then dies once stored (registers for dQ's accumulator).
     dk_from_smem: bool = False
+
+    @property
+    def dq_swap(self) -> bool:
+        """dQ's product transposed, dQ^T = K^T dS^T, each consumer warpgroup's 64 head-dim columns x all block_m
+        queries (dq_cols = block_m): what a block_m that is no multiple of wgmma's M (64) needs (with dq_bulk); the
+        accumulator's boxes are then 64 head-dim columns x block_m queries in that product's fragment order."""
+        return self.block_m % 64 != 0
 
     @property
     def consumer_wgs(self) -> int:
