@@ -66,19 +66,6 @@ def q80(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sm90_bwd, "BLOCK_M_UNMASKED", {128: 80})
 
 
-def test_stages_are_the_most_the_budget_holds() -> None:
-    """Three Q/dO stages at hd128 (with dQ's staging boxes 215.6 KB); at hd64 three would pass sm90's 227 KB beside
-    P^T's tile, so two."""
-    from attngen.planning.archs import arch_info
-
-    budget = arch_info(Arch.sm90).smem_per_block
-    t128, t64 = _plan(128).dkdv_wgmma, _plan(64).dkdv_wgmma
-    assert (t128.stages, t64.stages) == (sm90_bwd.STAGES[False], 2) == (3, 2)
-    assert t128.smem_bytes <= budget and t64.smem_bytes <= budget
-    three = sm90_bwd._rows_layout(AttentionSpec(head_dim=64, dtype="bf16"), 128, 3, True, 64, 0)
-    assert three.total_bytes > budget
-
-
 def test_80_query_steps_are_off_by_default() -> None:
     assert sm90_bwd.BLOCK_M_UNMASKED == {} and _plan(128).dkdv_wgmma.block_m == 64
 

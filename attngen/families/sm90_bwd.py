@@ -77,6 +77,19 @@ BLOCK_N = 128
 #: red2 variant) measured within the run's noise of three at hd64/128 (results/h100/dq_red).
 STAGES = {True: 3, False: 3}
 MIN_STAGES = 2
+#: Query tiles whose P^T and dS^T feed dV's and dK's products from shared memory (SS: P^T gets a tile beside dS^T,
+#: and two named barriers a step order the warpgroups around them) instead of from their packed register copies (RS,
+#: FlashAttention's form at every head dim it serves). Empty: the 128-query tiles of hd64 once spilled 60 B with the
+#: packed copies beside S^T and dP^T; since the operand descriptors and the late D rows they compile without spills
+#: or serialized wgmmas under NVRTC 13.0 and 13.5 (168 registers), and measured on the H100 +5-9% over {128}
+#: (results/h100/hd64_rs: 8k 434-439 -> 466-474 TFLOP/s, causal 413 -> 445). A module constant for the device A/B.
+DKV_FROM_SMEM_BLOCK_M: frozenset[int] = frozenset()
+#: The most dS^T tiles where dV and dK come from registers (ds_buffers), taken before the stages: two alternate by
+#: step, so a step's store cannot overwrite what the other warpgroup's previous dQ product reads, and one named barrier
+#: a step orders the warpgroups instead of two (FlashAttention-4's dS stages). Measured on the H100
+#: (results/h100/hd64_rs, against one tile): hd64 (then two stages) +1-5%, 8k 466-474 -> 472-480, causal 445 ->
+#: 458-461, 16k 480 -> 501-505; hd128 (three stages still fit: 226.6 KB) level to +2%.
+DS_BUFFERS = 2
 #: dQ added from registers by red.global.add.v4.f32 into the tile-ordered accumulator (HopperBwdTiling.dq_red)
 #: instead of staged in shared memory and TMA-reduced by producer warp 1 (main's path, kept for ordered dQ). Why: the
 #: staged form's profile (results/h100/bwd_lse_rows/ncu_lse_rows) shows its 16 KB of fp32 stores and the bulk read
@@ -138,17 +151,16 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     # With dq_swap each warpgroup's product is 64 head-dim columns x all block_m queries (dQ^T = K^T dS^T).
     dq_cols = bm if swap else 64
     col_step, query_step = (0, 64) if bm == 128 else (64, 0)
-    # 128 queries: P^T and dS^T feed dV and dK from shared memory (their packed register copies
-    # would spill beside S^T and dP^T: 60 B at hd64), so P^T gets a tile beside dS^T.
-    from_smem = bm == 128
+    from_smem = bm in DKV_FROM_SMEM_BLOCK_M
     words = schedule_words(spec)
-    # The most Q/dO stages (STAGES) the budget holds, down to MIN_STAGES; a mask with holes keeps two (its live-tile
-    # walk beside a third stage's index spilled 16 B at hd128 under NVRTC 13.0).
+    # The most dS^T tiles (DS_BUFFERS), then the most Q/dO stages (STAGES) the budget holds, down to MIN_STAGES; a mask
+    # with holes keeps two stages (its live-tile walk beside a third stage's index spilled 16 B at hd128 under NVRTC
+    # 13.0).
     most = MIN_STAGES if words else STAGES[from_registers]
-    for st in range(most, MIN_STAGES - 1, -1):
-        layout = _rows_layout(spec, bm, st, from_smem, 0 if from_registers else dq_cols, words)
-        if layout.total_bytes <= info.smem_per_block:
-            break
+    fits = [(st, ds, _rows_layout(spec, bm=bm, stages=st, ds_buffers=ds, from_smem=from_smem,
+                                  dq_cols=0 if from_registers else dq_cols, words=words))
+            for ds in range(1 if from_smem else DS_BUFFERS, 0, -1) for st in range(most, MIN_STAGES - 1, -1)]
+    st, ds, layout = next((f for f in fits if f[2].total_bytes <= info.smem_per_block), fits[-1])
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
     # dK and dV (head_dim fp32 registers a thread together), S^T and dP^T (block_m), the rest; D is read late at
@@ -162,20 +174,23 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
-                           dq_bulk=bulk)
+                           dq_bulk=bulk, ds_buffers=ds)
 
 
-def _rows_layout(spec: AttentionSpec, bm: int, stages: int, from_smem: bool, dq_cols: int, words: int) -> SmemRegions:
-    """K, V; the Q and dO stages; dS^T; P^T when dV and dK take it from shared memory (from_smem); one fp32 dQ staging
-    box of 64 x dq_cols per consumer warpgroup (0: dQ added from registers); per stage the query tile's LSE and D
-    (bulk-copied beside Q and dO); the mbarriers; a mask with holes' live-tile bitmap (planning.shared.SCHEDULE_WORDS).
-    dS^T's rows are whole 128-byte swizzle rows of 64 queries (an 80-query tile takes two, the second a quarter
-    used): dK's A operand steps through them by k-steps, dQ^T's B operand reads them MN-major."""
+def _rows_layout(spec: AttentionSpec, *, bm: int, stages: int, ds_buffers: int, from_smem: bool, dq_cols: int,
+                words: int) -> SmemRegions:
+    """K, V; the Q and dO stages; ds_buffers tiles of dS^T; P^T when dV and dK take it from shared memory (from_smem);
+    one fp32 dQ staging box of 64 x dq_cols per consumer warpgroup (0: dQ added from registers); per stage the query
+    tile's LSE and D (bulk-copied beside Q and dO); the mbarriers; a mask with holes' live-tile bitmap
+    (planning.shared.SCHEDULE_WORDS). dS^T's rows are whole 128-byte swizzle rows of 64 queries (an 80-query tile takes
+    two, the second a quarter used): dK's A operand steps through them by k-steps, dQ^T's B operand reads them
+    MN-major."""
     d, bn, e = spec.head_dim, BLOCK_N, dtype_trait(spec.dtype).size
     ds_cols = -(-bm // 64) * 64
     return SmemRegions.stack([
         ("K", bn * d * e), ("V", bn * d * e), ("Q", stages * bm * d * e), ("DO", stages * bm * d * e),
-        ("DS", bn * ds_cols * e), ("P", bn * bm * e if from_smem else 0), ("DQ", bn // 64 * 64 * dq_cols * 4),
+        ("DS", ds_buffers * bn * ds_cols * e), ("P", bn * bm * e if from_smem else 0),
+        ("DQ", bn // 64 * 64 * dq_cols * 4),
         ("Rows", stages * 2 * bm * 4), ("Bar", 8 * (1 + 2 * stages)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
 
 
@@ -317,6 +332,9 @@ class Sm90Backward(BackwardFamily):
         hb = plan.dkdv_wgmma
         line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
                 f"regs {hb.producer_regs}/{hb.consumer_regs}, ")
+        if not hb.split:
+            line += (f"dV and dK from {'shared memory' if hb.dkv_from_smem else 'registers'}, "
+                     f"{hb.ds_buffers} dS^T tile{'s' if hb.ds_buffers > 1 else ''}, ")
         return line + (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, "
                        + dq_line(hb))
 

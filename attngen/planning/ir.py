@@ -291,6 +291,8 @@ class HopperBwdTiling(_Frozen):
     #: With dq_before_dk and dV/dK fed from registers: dK's product reads dS^T from shared memory (stored there for
     #: dQ's) instead of its packed register copy, which then dies once stored (registers for dQ's accumulator).
     dk_from_smem: bool = False
+    #: dS^T tiles in shared memory: 2 alternate by step (one named barrier a step around them instead of two).
+    ds_buffers: int = 1
 
     @property
     def dq_swap(self) -> bool:

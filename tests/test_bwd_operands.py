@@ -1,0 +1,100 @@
+"""Where the sm90 backward's dV and dK products read P^T and dS^T (packed registers or shared memory,
+sm90_bwd.DKV_FROM_SMEM_BLOCK_M), and how the shared-memory budget is spent on dS^T tiles (sm90_bwd.DS_BUFFERS) and Q/dO
+stages. No GPU needed: plans, rendered code and, for a few, the compiled SASS."""
+
+from __future__ import annotations
+
+import pytest
+
+from attngen.codegen.renderer import render
+from attngen.families import sm90_bwd
+from attngen.planning.archs import arch_info
+from attngen.planning.ir import HopperBwdPlan, HopperBwdTiling
+from attngen.planning.planner_bwd import plan_bwd
+from attngen.spec.model import Arch, AttentionSpec
+from attngen.toolchain import builder as build
+from attngen.toolchain.sass import disassemble, opcodes
+
+BUDGET = arch_info(Arch.sm90).smem_per_block
+
+
+def _spec(head_dim: int, **update: object) -> AttentionSpec:
+    return AttentionSpec.model_validate({"head_dim": head_dim, "dtype": "bf16", "mask": "none", **update})
+
+
+def _plan(head_dim: int, **update: object) -> HopperBwdPlan:
+    p = plan_bwd(_spec(head_dim, **update), Arch.sm90)
+    assert isinstance(p, HopperBwdPlan)
+    return p
+
+
+def _tiling(head_dim: int, **update: object) -> HopperBwdTiling:
+    return _plan(head_dim, **update).dkdv_wgmma
+
+
+def _region(t: HopperBwdTiling, name: str) -> int:
+    """The bytes of region `name` (to the next region's offset)."""
+    offsets = t.smem.offsets
+    names = [n for n, _ in offsets]
+    i = names.index(name)
+    return offsets[i + 1][1] - offsets[i][1]
+
+
+def test_dv_and_dk_read_registers_at_both_head_dims() -> None:
+    """RS products at hd64 (128-query steps) and hd128: no P^T tile, dQ before dK, and the kernel told so."""
+    for head_dim in (64, 128):
+        t = _tiling(head_dim)
+        assert not t.dkv_from_smem and t.dq_before_dk and _region(t, "P") == 0, head_dim
+        code = render(_plan(head_dim)).code
+        assert "constexpr bool kDkvFromSmem = false;" in code and "constexpr int kDsBuffers = 2;" in code
+
+
+def test_ds_tiles_come_before_stages_in_the_budget() -> None:
+    """Two dS^T tiles, then the most Q/dO stages: hd128 keeps three stages beside them (226.6 KB), hd64's 128-query
+    stages leave room for two (three would pass sm90's budget)."""
+    t128, t64 = _tiling(128), _tiling(64)
+    assert (t128.stages, t128.ds_buffers, t64.stages, t64.ds_buffers) == (3, 2, 2, 2)
+    assert _region(t128, "DS") == 2 * 128 * 64 * 2 and _region(t64, "DS") == 2 * 128 * 128 * 2
+    assert t128.smem_bytes <= BUDGET and t64.smem_bytes <= BUDGET
+    three = sm90_bwd._rows_layout(_spec(64), bm=128, stages=3, ds_buffers=2, from_smem=False, dq_cols=64,
+                                  words=0)
+    assert three.total_bytes > BUDGET
+
+
+def test_a_mask_with_holes_keeps_two_stages_and_two_ds_tiles() -> None:
+    t = _tiling(128, mask={"expr": "(q_idx // 128) % 2 == (kv_idx // 128) % 2"})
+    assert t.schedule_words > 0 and (t.stages, t.ds_buffers) == (sm90_bwd.MIN_STAGES, 2)
+
+
+def test_one_ds_tile_takes_the_stages_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sm90_bwd, "DS_BUFFERS", 1)
+    t128, t64 = _tiling(128), _tiling(64)
+    assert (t128.stages, t128.ds_buffers, t64.stages, t64.ds_buffers) == (3, 1, 3, 1)
+
+
+def test_shared_memory_operands_keep_one_ds_tile_and_a_p_tile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SS form (DKV_FROM_SMEM_BLOCK_M = {128}, hd64's former default): P^T beside one dS^T tile (both barriers
+    needed: a warpgroup's store may not overwrite what the other's products of the step before still read), dV and dK
+    issued before dQ; it still compiles without spills."""
+    monkeypatch.setattr(sm90_bwd, "DKV_FROM_SMEM_BLOCK_M", frozenset({128}))
+    t = _tiling(64)
+    assert t.dkv_from_smem and not t.dq_before_dk and t.ds_buffers == 1
+    assert _region(t, "P") == _region(t, "DS") == 128 * 128 * 2
+    assert not _tiling(128).dkv_from_smem, "hd128's 64-query steps unaffected"
+    cubin = build.build_bwd(_spec(64), "sm90")
+    dkdv = [r for r in cubin.resources if r.name.endswith("dkdv_wgmma")]
+    assert dkdv and not any(r.spill_stores or r.wgmma_serialized for r in dkdv)
+
+
+def test_two_ds_tiles_drop_a_named_barrier_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step's barrier before dS^T's store is gone with two tiles (the barrier after it stays): one BAR fewer in the
+    SASS (the preprocess and dq_convert kernels beside it unchanged), the same HGMMAs, and no spills either way."""
+    def counts() -> dict[str, int]:
+        cubin = build.build_bwd(_spec(128), "sm90")
+        assert not any(r.spill_stores or r.wgmma_serialized for r in cubin.resources)
+        return opcodes(disassemble(cubin.data))
+
+    two = counts()
+    monkeypatch.setattr(sm90_bwd, "DS_BUFFERS", 1)
+    one = counts()
+    assert one["BAR"] == two["BAR"] + 1 and one["HGMMA"] == two["HGMMA"] > 0
