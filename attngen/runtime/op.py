@@ -58,6 +58,14 @@ def aligned_rows(t: "torch.Tensor") -> bool:
     return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
 
 
+def _eager(*tensors: Any) -> bool:
+    """Whether a call runs eagerly on real tensors, so that it may skip the op's dispatch: not under dynamo, and no
+    fake or functional tensors (AOTAutograd traces the backward with them outside dynamo's frame)."""
+    import torch
+
+    return not torch.compiler.is_compiling() and all(type(t) is torch.Tensor for t in tensors)
+
+
 def _seqlens(q: Any, k: Any, seqs: Sequences) -> Seqlens:
     cu_q, cu_k, used_k, max_q, max_k = seqs
     if cu_q is not None:
@@ -153,9 +161,17 @@ def _backward(ctx: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
     q, k, v, out, lse, cu_q, cu_k, used_k, *extras = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv, dsinks = torch.ops.attngen.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, ctx.softmax_scale,
-                                                         ctx.kernel, extras, ctx.scalars, cu_q, cu_k, used_k,
-                                                         *ctx.max_seqlens)
+    if not _eager(grad_out, q) or torch.is_grad_enabled():
+        # Traced graphs hold the op; so does a backward that records a graph (create_graph), which the op refuses.
+        dq, dk, dv, dsinks = torch.ops.attngen.attention_bwd(grad_out, q, k, v, out, lse, grad_lse,
+                                                             ctx.softmax_scale, ctx.kernel, extras, ctx.scalars,
+                                                             cu_q, cu_k, used_k, *ctx.max_seqlens)
+    else:
+        # Eager: the launcher directly. The op's second dispatch (its autograd and no-grad layers, the dynamo guard)
+        # measured ~150-250 us of host time a call on the GPU machine (benchmarks/host_layers.py), more than a short
+        # sequence's kernels take.
+        dq, dk, dv, dsinks = _bwd_impl(grad_out, q, k, v, out, lse, grad_lse, ctx.softmax_scale, ctx.kernel, extras,
+                                       ctx.scalars, (cu_q, cu_k, used_k, *ctx.max_seqlens))
     grads = [dsinks if i == ctx.sinks_at else None for i in range(len(extras))]
     # A list of floats is one leaf when it holds some (None), an empty list when it holds none.
     return (dq, dk, dv, None, None, grads, (None if ctx.scalars else []), None, None, None, None, None)
@@ -234,8 +250,12 @@ def attention_fwd(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", softm
 
     ensure_registered()
     cu_q, cu_k, used_k, max_q, max_k = seqs if seqs is not None else (None, None, None, 0, 0)
-    return torch.ops.attngen.attention_fwd(q, k, v, softmax_scale, kernel, list(extras or []), list(scalars or []),
-                                           cu_q, cu_k, used_k, max_q, max_k)
+    extras, scalars = list(extras or []), list(scalars or [])
+    if _eager(q, k, v) and not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *extras))):
+        # Eager without a gradient to record (inference, no_grad): the launcher directly, as decode_fwd.
+        return _fwd_impl(q, k, v, softmax_scale, kernel, extras, scalars, (cu_q, cu_k, used_k, max_q, max_k))
+    return torch.ops.attngen.attention_fwd(q, k, v, softmax_scale, kernel, extras, scalars, cu_q, cu_k, used_k,
+                                           max_q, max_k)
 
 
 def decode_fwd(q: "torch.Tensor", k_cache: "torch.Tensor", v_cache: "torch.Tensor", seqused_k: "torch.Tensor",

@@ -1,0 +1,98 @@
+"""Where the host time of a dense forward and backward call goes (device machine): a loop of calls that never waits
+(small shapes, so the host is the slower side), with the layers under the op timed by wrappers that add up their
+own wall time: the family's launch, the launcher, the parameter blocks, the buffers, the tensor maps, the driver's
+launches. Per call, in microseconds; what the wrappers do not cover is the op's dispatch and autograd.
+
+    python3 benchmarks/host_layers.py [--calls 300] [--seqlen 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import attngen
+from attngen.families import sm90_bwd, sm90_fwd
+from attngen.runtime import backward as rt
+from attngen.runtime import driver, op, tma
+from attngen.spec.model import AttentionSpec
+
+SPENT: dict[str, float] = defaultdict(float)
+
+
+def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            SPENT[name] += time.perf_counter() - start
+    return wrapper
+
+
+def wrap(owner: Any, attr: str, name: str) -> None:
+    setattr(owner, attr, timed(name, getattr(owner, attr)))
+
+
+def loop(label: str, fn: Callable[[], object], calls: int) -> None:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    SPENT.clear()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    total = (time.perf_counter() - start) / calls * 1e6
+    print(f"{label}: {total:.0f} us/call")
+    for name, s in sorted(SPENT.items(), key=lambda kv: -kv[1]):
+        print(f"    {s / calls * 1e6:7.1f} us  {name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--seqlen", type=int, default=256)
+    args = parser.parse_args()
+    kernel = attngen.compile(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"))
+    q, k, v = (torch.randn(1, args.seqlen, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn_like(q)
+    out = kernel(q, k, v)
+    for key in list(op._LAUNCHERS):
+        op._LAUNCHERS[key] = timed("fwd launcher (op._LAUNCHERS)", op._LAUNCHERS[key])
+    for key in list(op._BWD_LAUNCHERS):
+        op._BWD_LAUNCHERS[key] = timed("bwd launcher (op._BWD_LAUNCHERS)", op._BWD_LAUNCHERS[key])
+    wrap(op, "_fwd_impl", "op._fwd_impl")
+    wrap(op, "_bwd_impl", "op._bwd_impl")
+    wrap(sm90_bwd.Sm90Backward, "launch", "sm90_bwd launch")
+    for name in dir(sm90_fwd):
+        obj = getattr(sm90_fwd, name)
+        if isinstance(obj, type) and hasattr(obj, "launch") and obj.__module__ == sm90_fwd.__name__:
+            wrap(obj, "launch", f"sm90_fwd {name}.launch")
+    wrap(rt, "param_block", "rt.param_block")
+    wrap(rt, "buffers", "rt.buffers")
+    wrap(rt, "preprocess", "rt.preprocess")
+    wrap(rt, "finish", "rt.finish")
+    wrap(tma, "tensor_map", "tma.tensor_map")
+    wrap(tma, "map_key", "tma.map_key")
+    wrap(driver, "launch", "driver.launch")
+
+    def forward() -> None:
+        with torch.no_grad():
+            kernel(q, k, v)
+
+    def backward() -> None:
+        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+    loop(f"forward b1 s{args.seqlen} hd128 causal", forward, args.calls)
+    loop(f"backward b1 s{args.seqlen} hd128 causal", backward, args.calls)
+
+
+if __name__ == "__main__":
+    main()
