@@ -104,3 +104,32 @@ def test_strides_fill_the_parameter_block() -> None:
     assert (params.k_batch_stride, params.k_row_stride, params.k_head_stride) == k.stride()[:3]
     names = {f.name for f in BWD_PARAMS}
     assert all(f"{t}_{s}_stride" in names for t in ("dout", "dq", "dk", "dv") for s in ("batch", "row", "head"))
+
+
+def test_eager_calls_on_real_tensors_skip_the_dispatch() -> None:
+    """op._eager: real tensors outside dynamo may skip the op's dispatch; fake ones (AOTAutograd's trace) may not."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    real = torch.empty(2, 3)
+    assert op._eager(real, real)
+    with FakeTensorMode():
+        fake = torch.empty(2, 3)
+    assert not op._eager(real, fake)
+
+
+def test_forward_records_its_gradient_through_the_op(monkeypatch: pytest.MonkeyPatch, kernel: AttentionKernel) -> None:
+    """With a gradient to record the forward goes through the op (its autograd gives the output a grad_fn; on meta
+    tensors its fake implementation runs); without one it calls the launcher's implementation directly."""
+    calls: list[bool] = []
+
+    def impl(q, k, v, softmax_scale, key, extras, scalars, seqs):  # type: ignore[no-untyped-def]
+        calls.append(torch.is_grad_enabled())
+        return torch.empty_like(q), q.new_empty(q.shape[0], q.shape[2], q.shape[1])
+
+    monkeypatch.setattr(op, "_fwd_impl", impl)
+    q = torch.empty(1, 4, 2, 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    out, _ = op.attention_fwd(q, q, q, 0.125, kernel.key)
+    assert out.grad_fn is not None and calls == [], "through the op and its autograd layer"
+    with torch.no_grad():
+        out, _ = op.attention_fwd(q, q, q, 0.125, kernel.key)
+    assert out.grad_fn is None and calls == [False], "directly"
