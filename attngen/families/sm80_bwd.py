@@ -266,7 +266,8 @@ class Sm80Backward(BackwardFamily):
         chunks = swizzle_chunks(plan.spec.head_dim, dtype_trait(plan.spec.dtype).size)
         fields = params_with_variant(BWD_PARAMS, plan.spec)
         return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": fields,
-                "params_layout": layout(fields), "swizzle_chunks": chunks, "pad_rows": 0}
+                "params_layout": layout(fields), "swizzle_chunks": chunks, "pad_rows": 0,
+                "zero_dq_accum": False}
 
     def launch(self, plan: BwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,

@@ -352,7 +352,7 @@ class Sm90Backward(BackwardFamily):
                    "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
-                "pad_rows": hb.block_m}
+                "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red}
 
     def launch(self, plan: HopperBwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
@@ -368,7 +368,7 @@ class Sm90Backward(BackwardFamily):
         # D and the LSE padded per entry to whole query tiles: the producer bulk-copies a tile's row values; so is a
         # tile-ordered dQ accumulator (dq_red), whose tiles the consumers add in fragment order.
         b = rt.buffers(q, k, v, accumulate=True, entries=seqs.batch, pad_rows=h.block_m, dlse=dlse,
-                       semaphores=h.ordered_dq, tiled_dq=h.dq_red)
+                       semaphores=h.ordered_dq, tiled_dq=h.dq_red, zeroed=not h.dq_red)
         # Packed: the preprocess runs on a flat grid of the entries' tiles (runtime/tile_table.py); its table's entry
         # order is the dK/dV kernel's batch_order (a 3-D grid).
         tiles_entry = tile_table_entry(plan.kernel_name) if tile_table.serves(seqs, args) else None

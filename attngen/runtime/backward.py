@@ -140,13 +140,14 @@ def padded_rows(flat_rows: int, entries: int, tile: int) -> int:
 
 def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool, *, entries: int = 0,
             pad_rows: int = 0, dlse: torch.Tensor | None = None, semaphores: bool = False,
-            tiled_dq: bool = False) -> Buffers:
+            tiled_dq: bool = False, zeroed: bool = True) -> Buffers:
     """The gradient buffers of one call: `entries` the batch's entries (packed or dense), `pad_rows` the query
     tile of a family that wants its row values padded per entry (0: flash_attn's LSE layout), `semaphores` one
     zeroed int32 per padded query tile for an ordered dQ (needs pad_rows), `tiled_dq` the fp32 dQ accumulator
     tile-ordered, (heads, rows_stride, head_dim) with the entries' query tiles where the row buffers have them, each
     tile's values in the family's order (families/sm90_dq_tiles.py; needs pad_rows), instead of (batch, seqlen_q, heads,
-    head_dim)."""
+    head_dim). `zeroed` False: a tile-ordered accumulator is left unwritten (the family's preprocess zeroes every row
+    its kernels read)."""
     import torch
 
     batch, seqlen_q, heads, _ = q.shape
@@ -161,8 +162,10 @@ def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool,
     if tiled_dq and not (pad_rows and accumulate):
         raise ValueError("a tile-ordered dQ accumulator is per padded query tile: pass pad_rows and accumulate")
     if tiled_dq:
-        # Zeroed: the tiles' padding rows get zero adds (their dS is 0) and dq_convert reads only the entries' rows.
-        dq_accum = torch.zeros((heads, stride, q.shape[-1]), dtype=torch.float32, device=q.device)
+        # Zeroed (here or by the family's preprocess): the tiles' padding rows get zero adds (their dS is 0) and
+        # dq_convert reads only the entries' rows.
+        alloc = torch.zeros if zeroed else torch.empty
+        dq_accum = alloc((heads, stride, q.shape[-1]), dtype=torch.float32, device=q.device)
     elif accumulate:
         dq_accum = torch.zeros((batch, seqlen_q, heads, q.shape[-1]), dtype=torch.float32, device=q.device)
     else:
