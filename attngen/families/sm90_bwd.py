@@ -264,7 +264,8 @@ def dq_before_dk(dkv_from_smem: bool) -> bool:
     """Whether a step issues dQ's product before dK's and stages dQ while dK's runs. Measured on the H100
     (results/h100/bwd_overlap_2, against dV and dK first): hd128 unmasked +5-7% at 2k and 8k; hd128 causal -2-3%
     at 8k with the row-major staged dQ, but +6-7% with the tile-ordered bulk path (results/h100/dq_stm: 472-478 ->
-    503-507 TFLOP/s); hd64 (P^T and dS^T from shared memory) within 1%. So every spec with dV and dK fed from
+    503-507 TFLOP/s); hd64 within 1% while P^T and dS^T fed dV and dK from shared memory (its former form), and with
+    them from registers (DKV_FROM_SMEM_BLOCK_M empty) every tile takes it. So every spec with dV and dK fed from
     registers. At 80 queries (dq_swap) dQ's 40 accumulator registers issued beside P^T's and dS^T's packed copies made
     ptxas serialize the wgmmas (C7512; 7-10% below 64-query steps, results/h100/q80_1), and dK before dQ read level
     with 64-query steps (q80_2): dK's product reads dS^T from shared memory there instead (dk_from_smem)."""
