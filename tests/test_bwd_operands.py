@@ -98,3 +98,15 @@ def test_two_ds_tiles_drop_a_named_barrier_a_step(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(sm90_bwd, "DS_BUFFERS", 1)
     one = counts()
     assert one["BAR"] == two["BAR"] + 1 and one["HGMMA"] == two["HGMMA"] > 0
+
+
+def test_explain_says_which_layouts_were_rejected_and_why() -> None:
+    """explain lists the (stages, dS^T tiles) layouts the planner weighed up to the one it took, each rejected one with
+    the budget it passed."""
+    plan = _plan(64)
+    lines = sm90_bwd.Sm90Backward().explain_lines(plan)
+    layouts = [line for line in lines if line.startswith("shared memory")]
+    assert layouts == [f"shared memory, 3 stages x 2 dS^T tiles: {233528} B, rejected: over sm90's {BUDGET} B",
+                       f"shared memory, 2 stages x 2 dS^T tiles: {plan.dkdv_wgmma.smem_bytes} B, taken"]
+    assert [line for line in sm90_bwd.Sm90Backward().explain_lines(_plan(128)) if line.startswith("shared memory")] \
+        == [f"shared memory, 3 stages x 2 dS^T tiles: {_tiling(128).smem_bytes} B, taken"]

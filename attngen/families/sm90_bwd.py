@@ -153,13 +153,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     col_step, query_step = (0, 64) if bm == 128 else (64, 0)
     from_smem = bm in DKV_FROM_SMEM_BLOCK_M
     words = schedule_words(spec)
-    # The most dS^T tiles (DS_BUFFERS), then the most Q/dO stages (STAGES) the budget holds, down to MIN_STAGES; a mask
-    # with holes keeps two stages (its live-tile walk beside a third stage's index spilled 16 B at hd128 under NVRTC
-    # 13.0).
-    most = MIN_STAGES if words else STAGES[from_registers]
-    fits = [(st, ds, _rows_layout(spec, bm=bm, stages=st, ds_buffers=ds, from_smem=from_smem,
-                                  dq_cols=0 if from_registers else dq_cols, words=words))
-            for ds in range(1 if from_smem else DS_BUFFERS, 0, -1) for st in range(most, MIN_STAGES - 1, -1)]
+    fits = _layouts(spec, bm=bm, from_smem=from_smem, from_registers=from_registers, dq_cols=dq_cols, words=words)
     st, ds, layout = next((f for f in fits if f[2].total_bytes <= info.smem_per_block), fits[-1])
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
@@ -175,6 +169,33 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, ds_buffers=ds)
+
+
+def _layouts(spec: AttentionSpec, *, bm: int, from_smem: bool, from_registers: bool, dq_cols: int,
+             words: int) -> list[tuple[int, int, SmemRegions]]:
+    """(Q/dO stages, dS^T tiles, layout) in the planner's order of preference: the most dS^T tiles (DS_BUFFERS; one
+    where dV and dK read shared memory), then the most stages (STAGES, by whether dQ is added from registers), down to
+    MIN_STAGES; a mask with holes (words) keeps two stages (its live-tile walk beside a third stage's index spilled
+    16 B at hd128 under NVRTC 13.0)."""
+    most = MIN_STAGES if words else STAGES[from_registers]
+    return [(st, ds, _rows_layout(spec, bm=bm, stages=st, ds_buffers=ds, from_smem=from_smem,
+                                  dq_cols=0 if from_registers else dq_cols, words=words))
+            for ds in range(1 if from_smem else DS_BUFFERS, 0, -1) for st in range(most, MIN_STAGES - 1, -1)]
+
+
+def layout_lines(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> list[str]:
+    """For explain: each shared-memory layout the planner weighed for the 64-KV-row tiling `t`, in its order, up to the
+    one it took, and why the ones before were rejected."""
+    from_registers = t.dq_red and not t.dq_bulk
+    lines = []
+    for st, ds, regions in _layouts(spec, bm=t.block_m, from_smem=t.dkv_from_smem, from_registers=from_registers,
+                                   dq_cols=t.dq_cols, words=t.schedule_words):
+        taken = (st, ds) == (t.stages, t.ds_buffers)
+        verdict = "taken" if taken else f"rejected: over {info.arch.value}'s {info.smem_per_block} B"
+        lines.append(f"{st} stages x {ds} dS^T tile{'s' if ds > 1 else ''}: {regions.total_bytes} B, {verdict}")
+        if taken:
+            break
+    return lines
 
 
 def _rows_layout(spec: AttentionSpec, *, bm: int, stages: int, ds_buffers: int, from_smem: bool, dq_cols: int,
@@ -320,11 +341,13 @@ class Sm90Backward(BackwardFamily):
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
         h = plan.dkdv_wgmma
         dq = split_line(h) if h.split else dq_line(h)
-        compute, l2 = dkdv_terms(plan.spec, arch_info(plan.arch), h)
+        info = arch_info(plan.arch)
+        compute, l2 = dkdv_terms(plan.spec, info, h)
         bound = "its L2 traffic" if l2 > compute else "compute"
+        layouts = [] if h.split else [f"shared memory, {line}" for line in layout_lines(plan.spec, info, h)]
         return [f"wgmma dK/dV {h.block_n} KV rows ({h.consumer_wgs} consumer warpgroups, setmaxnreg "
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
-                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}",
+                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}", *layouts,
                 f"model: compute {compute:.0f} us, L2 {l2:.0f} us ({step_l2_bytes(plan.spec, h) // 1024} KB per step "
                 f"at {step_l2_gbps(h)} GB/s) at the reference workload: bound by {bound}"]
 
