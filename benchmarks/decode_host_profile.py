@@ -13,24 +13,17 @@ import cProfile
 import io
 import os
 import pstats
-import time
 
 import torch
 
 import attngen
+from attngen.bench import measure
 from attngen.runtime import op
 from attngen.spec.model import AttentionSpec
 
 
 def per_call(fn, calls: int) -> float:
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    return measure.host_us_per_call(fn, calls, warmup=20)
 
 
 def prepared_run(kernel, q, k, v, used, scale):

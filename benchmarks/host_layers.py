@@ -1,14 +1,18 @@
 """Where the host time of a dense forward and backward call goes (device machine): a loop of calls that never waits
 (small shapes, so the host is the slower side), with the layers under the op timed by wrappers that add up their
 own wall time: the family's launch, the launcher, the parameter blocks, the buffers, the tensor maps, the driver's
-launches. Per call, in microseconds; what the wrappers do not cover is the op's dispatch and autograd.
+launches. Per call, in microseconds; what the wrappers do not cover is the op's dispatch and autograd. With
+--cprofile, then a cProfile of the backward's callees (cumulative and own time).
 
-    python3 benchmarks/host_layers.py [--calls 300] [--seqlen 256]
+    python3 benchmarks/host_layers.py [--calls 300] [--seqlen 256] [--cprofile]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import pstats
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -17,6 +21,7 @@ from typing import Any
 import torch
 
 import attngen
+from attngen.bench import measure
 from attngen.families import sm90_bwd, sm90_fwd
 from attngen.runtime import backward as rt
 from attngen.runtime import driver, op, tma
@@ -40,15 +45,10 @@ def wrap(owner: Any, attr: str, name: str) -> None:
 
 
 def loop(label: str, fn: Callable[[], object], calls: int) -> None:
-    for _ in range(10):
+    for _ in range(10):   # warm-up, outside the wrappers' sums
         fn()
-    torch.cuda.synchronize()
     SPENT.clear()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    total = (time.perf_counter() - start) / calls * 1e6
+    total = measure.host_us_per_call(fn, calls, warmup=0)
     print(f"{label}: {total:.0f} us/call")
     for name, s in sorted(SPENT.items(), key=lambda kv: -kv[1]):
         print(f"    {s / calls * 1e6:7.1f} us  {name}")
@@ -58,6 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--seqlen", type=int, default=256)
+    parser.add_argument("--cprofile", action="store_true", help="then profile the backward's callees")
     args = parser.parse_args()
     kernel = attngen.compile(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"))
     q, k, v = (torch.randn(1, args.seqlen, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -92,6 +93,22 @@ def main() -> None:
 
     loop(f"forward b1 s{args.seqlen} hd128 causal", forward, args.calls)
     loop(f"backward b1 s{args.seqlen} hd128 causal", backward, args.calls)
+    if args.cprofile:
+        profile(backward, args.calls)
+
+
+def profile(fn: Callable[[], object], calls: int) -> None:
+    """cProfile of `calls` calls of fn(): the callees by cumulative time, then by their own."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    prof.disable()
+    for key, count in (("cumulative", 45), ("tottime", 25)):
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats(key).print_stats(count)
+        print(text.getvalue())
 
 
 if __name__ == "__main__":

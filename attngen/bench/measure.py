@@ -92,6 +92,23 @@ def time_ms(fn: Callable[[], Any]) -> float:
     return float(do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median"))
 
 
+def host_us_per_call(fn: Callable[[], Any], calls: int, warmup: int = 10) -> float:
+    """Wall microseconds per call of a loop of `calls` calls of fn() that never waits for the GPU (synchronized
+    before and after): the host's pace where its calls take longer than their kernels."""
+    import time
+
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def graph_ms(fn: Callable[[], Any]) -> float:
     """Median time of fn() captured once in a CUDA graph and replayed (time_ms of the replay): the GPU's time
     without the host's launch cost, as a serving loop that captures its decode step sees it."""
