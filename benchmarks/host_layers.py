@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib
 import io
 import pstats
 import time
@@ -22,12 +23,19 @@ import torch
 
 import attngen
 from attngen.bench import measure
-from attngen.families import sm90_bwd, sm90_fwd
-from attngen.runtime import backward as rt
-from attngen.runtime import driver, op, tma
+from attngen.runtime import op
 from attngen.spec.model import AttentionSpec
 
 SPENT: dict[str, float] = defaultdict(float)
+#: The layers timed (attngen's module path, attribute); those a tree lacks are skipped.
+LAYERS = (("runtime.op", "_fwd_impl"), ("runtime.op", "_bwd_impl"),
+          ("families.sm90_bwd_ready:ReadyHopperBackward", "run"), ("families.sm90_bwd:Sm90Backward", "launch"),
+          ("families.sm90_fwd_ready:ReadyHopperForward", "run"), ("families.sm90_fwd:Sm90Forward", "launch"),
+          ("runtime.prepared:CallGeometry", "of"), ("runtime.prepared:ReadyCache", "get"),
+          ("runtime.prepared:ParamTemplate", "make"), ("runtime.backward", "param_block"),
+          ("runtime.backward", "buffers"), ("runtime.backward", "preprocess"), ("runtime.backward", "finish"),
+          ("runtime.variant_args", "prepare"), ("runtime.tma", "tensor_map"), ("runtime.tma", "map_key"),
+          ("runtime.driver:PreparedLaunch", "__call__"), ("runtime.driver", "launch"))
 
 
 def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -59,30 +67,28 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--seqlen", type=int, default=256)
     parser.add_argument("--cprofile", action="store_true", help="then profile the backward's callees")
+    parser.add_argument("--plain", action="store_true", help="no wrappers: the calls' totals only")
     args = parser.parse_args()
     kernel = attngen.compile(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"))
     q, k, v = (torch.randn(1, args.seqlen, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
     dout = torch.randn_like(q)
     out = kernel(q, k, v)
-    for key in list(op._LAUNCHERS):
-        op._LAUNCHERS[key] = timed("fwd launcher (op._LAUNCHERS)", op._LAUNCHERS[key])
-    for key in list(op._BWD_LAUNCHERS):
-        op._BWD_LAUNCHERS[key] = timed("bwd launcher (op._BWD_LAUNCHERS)", op._BWD_LAUNCHERS[key])
-    wrap(op, "_fwd_impl", "op._fwd_impl")
-    wrap(op, "_bwd_impl", "op._bwd_impl")
-    wrap(sm90_bwd.Sm90Backward, "launch", "sm90_bwd launch")
-    for name in dir(sm90_fwd):
-        obj = getattr(sm90_fwd, name)
-        if isinstance(obj, type) and hasattr(obj, "launch") and obj.__module__ == sm90_fwd.__name__:
-            wrap(obj, "launch", f"sm90_fwd {name}.launch")
-    wrap(rt, "param_block", "rt.param_block")
-    wrap(rt, "buffers", "rt.buffers")
-    wrap(rt, "preprocess", "rt.preprocess")
-    wrap(rt, "finish", "rt.finish")
-    wrap(tma, "tensor_map", "tma.tensor_map")
-    wrap(tma, "map_key", "tma.map_key")
-    wrap(driver, "launch", "driver.launch")
+    if not args.plain:
+        for key in list(op._LAUNCHERS):
+            op._LAUNCHERS[key] = timed("fwd launcher (op._LAUNCHERS)", op._LAUNCHERS[key])
+        for key in list(op._BWD_LAUNCHERS):
+            op._BWD_LAUNCHERS[key] = timed("bwd launcher (op._BWD_LAUNCHERS)", op._BWD_LAUNCHERS[key])
+        for owner, attr in LAYERS:
+            # A tree without a layer (an older one, timed for comparison) skips it.
+            module, _, cls = owner.partition(":")
+            try:
+                obj: Any = importlib.import_module(f"attngen.{module}")
+            except ImportError:
+                continue
+            obj = getattr(obj, cls, None) if cls else obj
+            if obj is not None and hasattr(obj, attr):
+                wrap(obj, attr, f"{owner}.{attr}")
 
     def forward() -> None:
         with torch.no_grad():
@@ -91,7 +97,11 @@ def main() -> None:
     def backward() -> None:
         torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
+    def training_forward() -> None:
+        kernel(q, k, v)
+
     loop(f"forward b1 s{args.seqlen} hd128 causal", forward, args.calls)
+    loop(f"forward with grad b1 s{args.seqlen} hd128 causal", training_forward, args.calls)
     loop(f"backward b1 s{args.seqlen} hd128 causal", backward, args.calls)
     if args.cprofile:
         profile(backward, args.calls)

@@ -117,9 +117,12 @@ def test_eager_calls_on_real_tensors_skip_the_dispatch() -> None:
     assert not op._eager(real, fake)
 
 
-def test_forward_records_its_gradient_through_the_op(monkeypatch: pytest.MonkeyPatch, kernel: AttentionKernel) -> None:
-    """With a gradient to record the forward goes through the op (its autograd gives the output a grad_fn; on meta
-    tensors its fake implementation runs); without one it calls the launcher's implementation directly."""
+def test_forward_records_its_gradient_without_the_op(monkeypatch: pytest.MonkeyPatch, kernel: AttentionKernel) -> None:
+    """Eager with a gradient to record, the forward runs under attngen's own autograd function (no op dispatch);
+    without one it calls the launcher's implementation directly; on fake tensors (a trace) it goes through the op,
+    whose fake implementation runs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     calls: list[bool] = []
 
     def impl(q, k, v, softmax_scale, key, extras, scalars, seqs):  # type: ignore[no-untyped-def]
@@ -129,7 +132,40 @@ def test_forward_records_its_gradient_through_the_op(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(op, "_fwd_impl", impl)
     q = torch.empty(1, 4, 2, 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
     out, _ = op.attention_fwd(q, q, q, 0.125, kernel.key)
-    assert out.grad_fn is not None and calls == [], "through the op and its autograd layer"
+    assert type(out.grad_fn).__name__ == "EagerAttentionBackward" and calls == [False]
     with torch.no_grad():
         out, _ = op.attention_fwd(q, q, q, 0.125, kernel.key)
-    assert out.grad_fn is None and calls == [False], "directly"
+    assert out.grad_fn is None and calls == [False, False], "directly"
+    with FakeTensorMode():
+        fake = torch.empty(1, 4, 2, 64, dtype=torch.bfloat16, requires_grad=True)
+        out, _ = op.attention_fwd(fake, fake, fake, 0.125, kernel.key)
+    assert out.grad_fn is not None and calls == [False, False], "through the op and its autograd layer"
+
+
+def test_eager_autograd_passes_the_gradients_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The eager autograd function's backward hands the launcher the output's gradient, the LSE's only when the LSE
+    was used (None otherwise: no zero tensor for the preprocess to subtract), and returns its dq, dk, dv and the
+    sinks' gradient to the right inputs."""
+    seen: list[object] = []
+
+    def forward(q, k, v, out, lse, scale, extras, scalars, seqs):  # type: ignore[no-untyped-def]
+        out.copy_(q * scale + k - v)
+        lse.copy_(q.sum(-1).transpose(1, 2))
+
+    def backward(dout, q, k, v, out, lse, dlse, scale, extras, scalars, seqs):  # type: ignore[no-untyped-def]
+        seen.append(dlse)
+        return dout * 2, dout * 3, dout * 4, torch.full_like(extras[0], 5.0)
+
+    op.register_launcher("autograd-probe", forward, backward)
+    q, k, v = (torch.randn(1, 8, 2, 16, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    sinks = torch.randn(2, requires_grad=True)
+    out, lse = op.attention_fwd(q, k, v, 0.5, "autograd-probe", extras=[sinks])
+    torch.testing.assert_close(out, q * 0.5 + k - v)
+    dout = torch.randn_like(out)
+    dq, dk, dv, ds = torch.autograd.grad(out, (q, k, v, sinks), dout, retain_graph=True)
+    assert seen == [None]
+    for got, factor in ((dq, 2), (dk, 3), (dv, 4)):
+        torch.testing.assert_close(got, dout * factor)
+    assert torch.equal(ds, torch.full((2,), 5.0))
+    torch.autograd.grad((out * dout).sum() + lse.sum(), (q,))
+    assert isinstance(seen[-1], torch.Tensor) and torch.equal(seen[-1], torch.ones_like(lse))

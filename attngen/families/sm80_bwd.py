@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import BWD_PARAMS, layout, with_variant
@@ -269,24 +270,46 @@ class Sm80Backward(BackwardFamily):
                 "params_layout": layout(fields), "swizzle_chunks": chunks, "pad_rows": 0,
                 "zero_dq_accum": False}
 
-    def launch(self, plan: BwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
-               k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
-               softmax_scale: float, args: Any, seqs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def prepare(self, plan: BwdPlan, function: LoadFunction, call: Any) -> ReadySm80Backward:
         from ..runtime import backward as rt
-        from ..runtime.driver import launch
+        from ..runtime.driver import PreparedLaunch
 
-        b = rt.buffers(q, k, v, accumulate=plan.dq_atomic, dlse=dlse)
-        params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
-                                softmax_scale, args, seqs)
+        seqs = call.seqs
+        b = rt.buffers(call.q, call.k, call.v, accumulate=plan.dq_atomic, dlse=call.dlse)
         pre, dkdv, dq = plan.entry_names
-        rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b)
-        batch, seqlen_q, seqlen_k, heads = seqs.batch, seqs.seqlen_q, seqs.seqlen_k, seqs.heads
-        head_dim, kv_heads = q.shape[3], k.shape[2]
+        head_dim, kv_heads = call.q.shape[3], call.k.shape[2]
         a, t = plan.dkdv, plan.dq
-        if seqlen_k:
-            grid = (-(-seqlen_k // a.block_n) * (head_dim // a.d_chunk), kv_heads, batch)
-            launch(function(dkdv, a.smem_bytes), grid, a.num_warps * 32, stream, params)
-        if not plan.dq_atomic and seqlen_q:
-            grid = (-(-seqlen_q // t.block_m) * (head_dim // t.d_chunk), heads, batch)
-            launch(function(dq, t.smem_bytes), grid, t.num_warps * 32, stream, params)
-        return rt.finish(b, seqlen_k, softmax_scale)
+        dkdv_launch = dq_launch = None
+        if seqs.seqlen_k:
+            grid = (-(-seqs.seqlen_k // a.block_n) * (head_dim // a.d_chunk), kv_heads, seqs.batch)
+            dkdv_launch = PreparedLaunch(function(dkdv, a.smem_bytes), grid, a.num_warps * 32)
+        if not plan.dq_atomic and seqs.seqlen_q:
+            grid = (-(-seqs.seqlen_q // t.block_m) * (head_dim // t.d_chunk), seqs.heads, seqs.batch)
+            dq_launch = PreparedLaunch(function(dq, t.smem_bytes), grid, t.num_warps * 32)
+        params = rt.param_template(with_variant(BWD_PARAMS, call.args.fields), b, call)
+        return ReadySm80Backward(plan=plan, params=params,
+                                 preprocess=rt.preprocess(function, pre, plan.preprocess_rows, seqs, b),
+                                 dkdv=dkdv_launch, dq=dq_launch)
+
+
+@dataclass(frozen=True)
+class ReadySm80Backward:
+    """The mma.sync backward of one geometry, ready to run: its parameter block's shape-dependent fields, the
+    preprocess and the dK/dV and dQ kernels' launches (dQ's None where dQ is added up atomically)."""
+
+    plan: BwdPlan
+    params: Any
+    preprocess: Any
+    dkdv: Any
+    dq: Any
+
+    def run(self, call: Any, stream: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from ..runtime import backward as rt
+
+        b = rt.buffers(call.q, call.k, call.v, accumulate=self.plan.dq_atomic, dlse=call.dlse)
+        params = self.params.make(lambda p: rt.call_fields(p, b, call))
+        self.preprocess(params, stream, call.seqs)
+        for launch in (self.dkdv, self.dq):
+            if launch is not None:
+                launch(stream, params)
+        return rt.finish(b, call.seqs.seqlen_k, call.softmax_scale)

@@ -9,6 +9,7 @@ abi.FWD_PARAMS.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..codegen.abi import FWD_PARAMS, Field, forward_base, layout, with_variant
@@ -237,14 +238,26 @@ class Sm80Forward(ForwardFamily):
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
                 "min_blocks_per_sm": plan.min_blocks_per_sm, **_params(plan)}
 
-    def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
-               softmax_scale: float, args: Any, seqs: Any) -> None:
-        from ..runtime.driver import launch
-        from ..runtime.kernel import forward_params
+    def prepare(self, plan: KernelPlan, fn: Any, call: Any) -> ReadySm80Forward:
+        from ..runtime.driver import PreparedLaunch
+        from ..runtime.forward import param_template
 
-        fields = with_variant(base_fields(plan.spec), args.fields)
-        params = forward_params(fields, q, k, v, out, lse, softmax_scale, args, seqs)
-        launch(fn, seqs.grid(plan.block_m), plan.threads, stream, params)
+        params = param_template(with_variant(base_fields(plan.spec), call.args.fields), call)
+        return ReadySm80Forward(params=params, launch=PreparedLaunch(fn, call.seqs.grid(plan.block_m), plan.threads))
+
+
+@dataclass(frozen=True)
+class ReadySm80Forward:
+    """The mma.sync forward of one geometry, ready to run: its parameter block's shape-dependent fields and its
+    launch."""
+
+    params: Any
+    launch: Any
+
+    def run(self, call: Any, stream: int) -> None:
+        from ..runtime.forward import call_fields
+
+        self.launch(stream, self.params.make(lambda p: call_fields(p, call)))
 
 
 def base_fields(spec: AttentionSpec) -> tuple[Field, ...]:

@@ -20,9 +20,9 @@ templates/common/bwd_preprocess.cuh.j2, as the mma.sync backward has it), its pa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout, tile_table_entry, with_variant
+from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, layout
 from ..codegen.wgmma import backward_ops
 from ..errors import PlanError
 from ..features.dtype import dtype_trait, with_backward
@@ -47,10 +47,7 @@ from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
-from .sm90_dq_tiles import DQ_CONVERT_THREADS, TILED_DQ_PATH
-
-if TYPE_CHECKING:
-    import torch
+from .sm90_dq_tiles import TILED_DQ_PATH
 
 #: The head dims where each consumer warpgroup owns 64 KV rows and all of head_dim: its dK and dV accumulators
 #: (head_dim fp32 registers per consumer thread together) leave room for the scores only up to 128. Measured on
@@ -378,46 +375,7 @@ class Sm90Backward(BackwardFamily):
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red}
 
-    def launch(self, plan: HopperBwdPlan, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
-               k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
-               softmax_scale: float, args: Any, seqs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        from ..codegen import wgmma
-        from ..runtime import backward as rt
-        from ..runtime import tile_table, tma
-        from ..runtime.driver import launch
+    def prepare(self, plan: HopperBwdPlan, function: LoadFunction, call: Any) -> Any:
+        from .sm90_bwd_ready import prepare
 
-        # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
-        q, k, v, dout = (x if tma.describable(x) else x.contiguous() for x in (q, k, v, dout))
-        h = plan.dkdv_wgmma
-        # D and the LSE padded per entry to whole query tiles: the producer bulk-copies a tile's row values; so is a
-        # tile-ordered dQ accumulator (dq_red), whose tiles the consumers add in fragment order.
-        b = rt.buffers(q, k, v, accumulate=True, entries=seqs.batch, pad_rows=h.block_m, dlse=dlse,
-                       semaphores=h.ordered_dq, tiled_dq=h.dq_red, zeroed=not h.dq_red)
-        # Packed: the preprocess runs on a flat grid of the entries' tiles (runtime/tile_table.py); its table's entry
-        # order is the dK/dV kernel's batch_order (a 3-D grid).
-        tiles_entry = tile_table_entry(plan.kernel_name) if tile_table.serves(seqs, args) else None
-        params = rt.param_block(with_variant(BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse, softmax_scale,
-                                args, seqs, order=False)
-        # The wgmma kernel's block (dq_convert's too): the five tensor maps, then the same fields.
-        hopper = rt.param_block(with_variant(HOPPER_BWD_PARAMS, args.fields), b, dout, q, k, v, out, lse,
-                                softmax_scale, args, seqs, order=tiles_entry is None)
-        for field, x, rows in (("tma_q", q, h.block_m), ("tma_do", dout, h.block_m), ("tma_k", k, h.block_n),
-                               ("tma_v", v, h.block_n)):
-            tma.fill(hopper, field, tma.tensor_map(tma.map_key(x, rows)))
-        if not h.dq_red and not h.split:
-            # dQ boxes: one warpgroup's wgmma rows (64) by 128 bytes of fp32 columns (the split's v2 reductions and a
-            # tile-ordered accumulator need no map: the kernels leave it unread).
-            tma.fill(hopper, "tma_dq_accum", tma.tensor_map(tma.map_key(b.dq_accum, wgmma.M)))
-        pre, dkdv = plan.entry_names[:2]
-        table = rt.preprocess(function, pre, plan.preprocess_rows, params, stream, seqs, b, tiles_entry)
-        if tiles_entry is not None:
-            order = table.order if table is not None else seqs.batch_order
-            hopper.batch_order = order.data_ptr() if order is not None else 0
-        batch, seqlen_k, kv_heads = seqs.batch, seqs.seqlen_k, k.shape[2]
-        if seqlen_k:
-            launch(function(dkdv, h.smem_bytes), (-(-seqlen_k // h.block_n), kv_heads, batch), h.threads, stream,
-                   hopper)
-        if h.dq_red and seqs.seqlen_q:
-            # One block per (query tile, head, entry) of the tile-ordered accumulator: dQ scaled, in the input dtype.
-            launch(function(plan.entry_names[2], 0), seqs.grid(h.block_m), DQ_CONVERT_THREADS, stream, hopper)
-        return rt.finish(b, seqlen_k, softmax_scale, converted=h.dq_red)
+        return prepare(plan, function, call)

@@ -21,7 +21,6 @@ from ..codegen.abi import (
     layout,
     tile_table_entry,
     vt_entry,
-    with_variant,
 )
 from ..codegen.wgmma import attention_ops
 from ..features.dtype import DTYPES, dtype_trait
@@ -423,34 +422,10 @@ class Sm90Forward(ForwardFamily):
                 "v_box_keys": v_box_keys(plan.spec), "vt_params": VT_PARAMS, "vt_params_layout": layout(VT_PARAMS),
                 **_params(plan)}
 
-    def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
-               softmax_scale: float, args: Any, seqs: Any) -> None:
-        from ..runtime import fp8_layout, tile_table, tma
-        from ..runtime.driver import launch
-        from ..runtime.kernel import forward_params
+    def prepare(self, plan: KernelPlan, fn: Any, call: Any) -> Any:
+        from .sm90_fwd_ready import prepare
 
-        # A view TMA cannot address (a stride-0 broadcast, say) goes in as a contiguous copy.
-        q, k, v = (t if tma.describable(t) else t.contiguous() for t in (q, k, v))
-        flat = tile_table.serves(seqs, args)   # packed: a flat grid of the entries' query tiles
-        params = forward_params(with_variant(base_fields(plan.spec), args.fields), q, k, v, out, lse, softmax_scale,
-                                args, seqs, order=not flat)
-        # An 8-bit V goes in transposed (keys contiguous), as (batch, head_dim, kv_heads, keys) for the map: rows of
-        # the box are head-dim rows, its 128-byte columns keys.
-        if v_box_keys(plan.spec):
-            vt = fp8_layout.transpose(fn.sibling(vt_entry(plan.kernel_name)), stream, v)
-            v_map = tma.map_key(vt.permute(0, 2, 1, 3), plan.spec.head_dim)
-        else:
-            v_map = tma.map_key(v, plan.block_n)
-        for field, key in (("tma_q", tma.map_key(q, plan.block_m)), ("tma_k", tma.map_key(k, plan.block_n)),
-                           ("tma_v", v_map)):
-            tma.fill(params, field, tma.tensor_map(key))
-        grid = seqs.grid(plan.block_m)
-        if flat:
-            side = tile_table.TileSide(key_side=False, tile_rows=plan.block_m)
-            table = tile_table.build(fn.sibling(tile_table_entry(plan.kernel_name)), stream, seqs, side)
-            table.attach(params, seqs.batch)
-            grid = (tile_table.blocks(seqs, side, seqs.heads, q.shape[1]), 1, 1)
-        launch(fn, grid, plan.threads, stream, params)
+        return prepare(plan, fn, call, base_fields(plan.spec), v_box_keys(plan.spec))
 
 
 def base_fields(spec: AttentionSpec) -> tuple[Field, ...]:

@@ -167,11 +167,10 @@ class ForwardFamily(KernelFamily):
         return render_source(plan, self.template, self.context(plan), (plan.kernel_name,))
 
     @abstractmethod
-    def launch(self, plan: KernelPlan, fn: Any, stream: int, q: Any, k: Any, v: Any, out: Any, lse: Any,
-               softmax_scale: float, args: Any, seqs: Any) -> None:
-        """Launch the loaded kernel `fn` on `stream`: this family's parameter block (with the call's variant
-        arguments `args`, a runtime.variant_args.VariantArgs, and its sequences `seqs`, a
-        runtime.seqlens.Seqlens) and grid."""
+    def prepare(self, plan: KernelPlan, fn: Any, call: Any) -> Any:
+        """The family's launch for calls like `call` (a runtime.forward.FwdCall), with everything that depends only
+        on its geometry (runtime.prepared.CallGeometry) done: an object whose `run(call, stream)` launches the
+        loaded kernel `fn` for a call of that geometry on `stream`."""
 
 
 def lowest_reason(best: Candidate, fitting: list[Candidate]) -> str:

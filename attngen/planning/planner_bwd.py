@@ -23,7 +23,6 @@ from .ir import BwdCost, BwdPlan, HopperBwdPlan
 from .shared import BWD_FLOPS_OVER_FWD, REF_HIDDEN, REF_SEQLEN, ref_forward_flops
 
 if TYPE_CHECKING:
-    import torch
 
     from ..toolchain.artifacts import KernelSource
 
@@ -60,11 +59,11 @@ class BackwardFamily(KernelFamily):
         return []
 
     @abstractmethod
-    def launch(self, plan: Any, function: LoadFunction, stream: int, dout: torch.Tensor, q: torch.Tensor,
-               k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
-               softmax_scale: float, args: Any, seqs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run the family's kernels on `stream` (`function` loads an entry point of its cubin; `args` are the
-        call's variant arguments, `seqs` its sequences, a runtime.seqlens.Seqlens): dq, dk, dv."""
+    def prepare(self, plan: Any, function: LoadFunction, call: Any) -> Any:
+        """The family's launches for calls like `call` (a runtime.backward.BwdCall), with everything that depends
+        only on its geometry (runtime.prepared.CallGeometry) done: an object whose `run(call, stream)` queues the
+        kernels of a call of that geometry on `stream` and returns dq, dk, dv. `function` loads an entry point of
+        the family's cubin."""
 
 
 def backward_cost(spec: AttentionSpec, info: ArchInfo, kernels: list[tuple[str, float]],

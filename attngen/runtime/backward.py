@@ -20,13 +20,15 @@ from ..features.variant import variant_of
 from ..spec.model import Arch, AttentionSpec
 from ..toolchain.artifacts import Cubin
 from .device import current_arch
+from .driver import PreparedLaunch
+from .prepared import CallGeometry, ParamTemplate, ReadyCache
 from .seqlens import Seqlens
 from .variant_args import KernelVariant, VariantArgs
 
 if TYPE_CHECKING:
     import torch
 
-    from .tile_table import TileTable
+    from .tile_table import TileSide, TileTable
 
 #: Threads of a preprocess block (4 warps, BwdPlan.preprocess_rows query rows).
 PRE_THREADS = 128
@@ -62,37 +64,49 @@ class LazyKernels:
 
 
 class BackwardKernels(LazyKernels):
-    """Compiles the backward cubin of `spec` for an arch on first use, loads it once per device."""
+    """Compiles the backward cubin of `spec` for an arch on first use, loads it once per device; keeps the ready
+    launches of the last few call geometries (runtime.prepared)."""
 
     def __init__(self, spec: AttentionSpec) -> None:
         from ..toolchain.builder import build_bwd
 
         super().__init__(spec, build_bwd)
+        self.ready: ReadyCache[Any] = ReadyCache()
 
     def __call__(self, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: torch.Tensor, dlse: torch.Tensor | None, softmax_scale: float, extras: list[torch.Tensor],
                  scalars: list[float], seqs: Seqlens) -> tuple[torch.Tensor, ...]:
         """(dq, dk, dv, dsinks); dsinks is empty without sinks."""
-        import torch
-
-        from ..planning.planner_bwd import backward_family
+        from .device import stream_handle
         from .variant_args import prepare
 
-        arch = current_arch(q.device)
+        args = prepare(self.variant, q, extras, scalars, seqs.batch)
+        call = BwdCall(dout=dout, q=q, k=k, v=v, out=out, lse=lse, dlse=dlse, softmax_scale=softmax_scale,
+                       args=args, seqs=seqs)
+        ready = self.ready.get(call.geometry(), lambda: self._prepare(call))
+        dq, dk, dv = ready.run(call, stream_handle(q.device.index or 0))
+        sinks = args.tensors.get(SINKS)
+        dsinks = sinks_grad(sinks, dout, out, lse, dlse) if sinks is not None else _no_sinks(q)
+        return dq, dk, dv, dsinks
+
+    def _prepare(self, call: BwdCall) -> Any:
+        """The ready launch of calls like `call`: its family's (ReadyBackward)."""
+        from ..planning.planner_bwd import backward_family
+
+        arch = current_arch(call.q.device)
         plan = self.cubin(arch).source.plan
-        device = q.device.index or 0
-        stream = torch.cuda.current_stream(q.device).cuda_stream
+        device = call.q.device.index or 0
 
         def function(entry: str, smem: int) -> Any:
             return self._function(device, arch, entry, smem)
 
-        args = prepare(self.variant, q, extras, scalars, seqs.batch)
-        dq, dk, dv = backward_family(plan.family).launch(plan, function, stream, dout, q, k, v, out, lse, dlse,
-                                                         softmax_scale, args, seqs)
-        sinks = args.tensors.get(SINKS)
-        no_sinks = q.new_empty((0,), dtype=torch.float32)
-        dsinks = sinks_grad(sinks, dout, out, lse, dlse) if sinks is not None else no_sinks
-        return dq, dk, dv, dsinks
+        return backward_family(plan.family).prepare(plan, function, call)
+
+
+def _no_sinks(q: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return q.new_empty((0,), dtype=torch.float32)
 
 
 def sinks_grad(sinks: torch.Tensor, dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
@@ -187,47 +201,112 @@ def _struct(fields: tuple[Field, ...]) -> type[Any]:
     return ctypes_struct(fields, "BwdParams")
 
 
-def param_block(fields: tuple[Field, ...], b: Buffers, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-                v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, softmax_scale: float,
-                args: VariantArgs, seqs: Seqlens, order: bool = True) -> Any:
+@dataclass
+class BwdCall:
+    """One backward call as the families receive it: the tensors (as Seqlens.entries gives them), the LSE's
+    gradient or None, the scale, the variant's prepared arguments and the sequences."""
+
+    dout: Any
+    q: Any
+    k: Any
+    v: Any
+    out: Any
+    lse: Any
+    dlse: Any
+    softmax_scale: float
+    args: VariantArgs
+    seqs: Seqlens
+
+    def geometry(self) -> CallGeometry:
+        """The key of this call's ready launch (runtime.prepared)."""
+        return CallGeometry.of((self.dout, self.q, self.k, self.v, self.out, self.lse, self.dlse), self.seqs,
+                               self.args)
+
+
+def param_block(fields: tuple[Field, ...], b: Buffers, call: BwdCall, order: bool = True) -> Any:
     """A backward parameter block of `fields` (a family's: the common fields, maybe more in front) with the
     pointers, strides, shapes and scales every backward kernel reads; family-specific fields (TMA maps)
     are left for the family to fill. `order`: Seqlens.fill's."""
-    params = _struct(fields)(
-        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(), lse=lse.data_ptr(),
-        delta=b.delta.data_ptr(), dlse=b.dlse.data_ptr() if b.dlse is not None else 0,
-        lse_log2=b.lse_log2.data_ptr() if b.lse_log2 is not None else 0, rows_stride=b.rows_stride,
-        dq=b.dq.data_ptr(), dk=b.dk.data_ptr(), dv=b.dv.data_ptr(),
-        dq_accum=b.dq_accum.data_ptr(), dq_sem=b.dq_sem.data_ptr() if b.dq_sem is not None else 0,
-        seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2],
-        kv_heads=k.shape[2], scale_log2=softmax_scale * math.log2(math.e), softmax_scale=softmax_scale)
-    set_strides(params, q=q, k=k, v=v, o=out, dout=dout, dq=b.dq, dk=b.dk, dv=b.dv)
-    seqs.fill(params, order=order)
-    args.fill(params)
+    params = _struct(fields)()
+    shape_fields(params, b, call)
+    call_fields(params, b, call, order)
     return params
 
 
-def preprocess(function: Any, entry: str, rows: int, params: Any, stream: int, seqs: Seqlens, b: Buffers,
-               tiles_entry: str | None = None) -> TileTable | None:
-    """D = rowsum(dO * O) per query row (`rows` rows per block), less the LSE's gradient when there is one (d lse /
-    d S = P: the LSE's gradient enters dS = P (dP - D) as D - dlse); with padded rows also the LSE in log2 units
-    and the padding of each entry's last tile. `tiles_entry`: the cubin's tile table builder, for a packed batch's
-    flat grid (runtime/tile_table.py); the table built, if any."""
+def param_template(fields: tuple[Field, ...], b: Buffers, call: BwdCall) -> ParamTemplate:
+    """The geometry's part of param_block, for calls like `call` whose buffers are like `b`; `call_fields` writes
+    the rest."""
+    params = _struct(fields)()
+    shape_fields(params, b, call)
+    return ParamTemplate(params)
+
+
+def shape_fields(params: Any, b: Buffers, call: BwdCall) -> None:
+    """The fields of a parameter block that follow from the call's geometry: sizes and strides."""
+    q, k = call.q, call.k
+    params.rows_stride = b.rows_stride
+    params.seqlen_q, params.seqlen_k, params.heads, params.kv_heads = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    set_strides(params, q=q, k=k, v=call.v, o=call.out, dout=call.dout, dq=b.dq, dk=b.dk, dv=b.dv)
+
+
+def call_fields(params: Any, b: Buffers, call: BwdCall, order: bool = True) -> None:
+    """The fields of a parameter block that change between calls of one geometry: the pointers, the scales, the
+    sequences (Seqlens.fill, with `order`) and the variant's arguments."""
+    params.q, params.k, params.v = call.q.data_ptr(), call.k.data_ptr(), call.v.data_ptr()
+    params.o, params.dout, params.lse = call.out.data_ptr(), call.dout.data_ptr(), call.lse.data_ptr()
+    params.delta = b.delta.data_ptr()
+    params.dlse = b.dlse.data_ptr() if b.dlse is not None else 0
+    params.lse_log2 = b.lse_log2.data_ptr() if b.lse_log2 is not None else 0
+    params.dq, params.dk, params.dv = b.dq.data_ptr(), b.dk.data_ptr(), b.dv.data_ptr()
+    params.dq_accum = b.dq_accum.data_ptr()
+    params.dq_sem = b.dq_sem.data_ptr() if b.dq_sem is not None else 0
+    params.scale_log2 = call.softmax_scale * math.log2(math.e)
+    params.softmax_scale = call.softmax_scale
+    call.seqs.fill(params, order=order)
+    call.args.fill(params)
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """The preprocess of one geometry: D = rowsum(dO * O) per query row, less the LSE's gradient when there is one
+    (d lse / d S = P: the LSE's gradient enters dS = P (dP - D) as D - dlse); with padded rows also the LSE in log2
+    units and the padding of each entry's last tile. `launch` is None without query rows; `tiles` the cubin's tile
+    table builder and its side, for a packed batch's flat grid (runtime/tile_table.py)."""
+
+    launch: PreparedLaunch | None
+    tiles: tuple[Any, TileSide] | None = None
+
+    def __call__(self, params: Any, stream: int, seqs: Seqlens) -> TileTable | None:
+        """Queue it on `stream` with `params`; the tile table built, if any."""
+        from . import tile_table
+
+        if self.launch is None:
+            return None
+        table = None
+        if self.tiles is not None:
+            builder, side = self.tiles
+            table = tile_table.build(builder, stream, seqs, side)
+            table.attach(params, seqs.batch)
+        self.launch(stream, params)
+        return table
+
+
+def preprocess(function: Any, entry: str, rows: int, seqs: Seqlens, b: Buffers,
+               tiles_entry: str | None = None) -> Preprocess:
+    """The preprocess of calls like this one (`rows` query rows per block); `tiles_entry`: the cubin's tile table
+    builder, for a packed batch's flat grid."""
     from . import tile_table
-    from .driver import launch
 
     if not seqs.seqlen_q:
-        return None
+        return Preprocess(launch=None)
     # Padded rows: the grid covers the longest entry's rows rounded up to a tile.
     covered = -(-seqs.seqlen_q // b.pad_rows) * b.pad_rows if b.pad_rows else seqs.seqlen_q
-    grid, table = seqs.grid(rows, covered), None
+    grid, tiles = seqs.grid(rows, covered), None
     if tiles_entry is not None:
         side = tile_table.TileSide(key_side=False, tile_rows=rows, pad_rows=b.pad_rows)
-        table = tile_table.build(function(tiles_entry, 0), stream, seqs, side)
-        table.attach(params, seqs.batch)
+        tiles = (function(tiles_entry, 0), side)
         grid = (tile_table.blocks(seqs, side, seqs.heads, b.dq.shape[1]), 1, 1)
-    launch(function(entry, 0), grid, PRE_THREADS, stream, params)
-    return table
+    return Preprocess(launch=PreparedLaunch(function(entry, 0), grid, PRE_THREADS), tiles=tiles)
 
 
 def finish(b: Buffers, seqlen_k: int, softmax_scale: float,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from typing import TYPE_CHECKING, Any
 
 from .. import env
-from ..codegen.abi import set_strides, struct_of
 from ..features.dtype import dtype_trait
 from ..features.variant import variant_of
 from ..spec.model import Arch, AttentionSpec, SeqlensKind
@@ -18,9 +16,11 @@ from . import variant_args as variant_args_mod
 from .checks import check_tensor, softmax_scale_of
 from .descale import NAMES as DESCALE_NAMES
 from .descale import pack_descales
-from .device import current_arch
+from .device import current_arch, stream_handle
+from .forward import FwdCall
+from .prepared import ReadyCache
 from .seqlens import Seqlens, check_packed
-from .variant_args import KernelVariant, VariantArgs
+from .variant_args import KernelVariant
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +53,8 @@ class AttentionKernel:
         self._decode_serves: dict[Arch, bool] = {}
         #: Eager KV-cache calls already checked and prepared, by their tensors' metadata (runtime.kvcache).
         self.decode_calls: dict[Any, Any] = {}
+        #: The forward's launches prepared for the last few call geometries (runtime.prepared).
+        self.ready: ReadyCache[Any] = ReadyCache()
         from .backward import BackwardKernels
 
         #: The backward kernels, compiled on the first backward through this kernel.
@@ -220,35 +222,23 @@ class AttentionKernel:
 
     def _launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                 softmax_scale: float, extras: list[torch.Tensor], scalars: list[float], seqs: Seqlens) -> None:
-        import torch
-
-        from ..planning.planner import forward_family
-
-        arch = current_arch(q.device)
-        plan = self.cubins[arch].source.plan
-        fn = self._function(q.device.index or 0, arch)
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        # The family builds its parameter block and grid, and launches.
         descale = None
         if dtype_trait(self.spec.dtype).descaled:
             *extras, descale = extras
         args = variant_args_mod.prepare(self.variant, q, extras, scalars, seqs.batch)
         args.descale = descale
-        forward_family(plan.family).launch(plan, fn, stream, q, k, v, out, lse, softmax_scale, args, seqs)
+        call = FwdCall(q=q, k=k, v=v, out=out, lse=lse, softmax_scale=softmax_scale, args=args, seqs=seqs)
+        # The family's launch, prepared once per geometry (runtime.prepared), writes the call's parameter block.
+        ready = self.ready.get(call.geometry(), lambda: self._prepare(call))
+        ready.run(call, stream_handle(q.device.index or 0))
 
+    def _prepare(self, call: FwdCall) -> Any:
+        from ..planning.planner import forward_family
 
-def forward_params(fields: tuple[Any, ...], q: Any, k: Any, v: Any, out: Any, lse: Any, softmax_scale: float,
-                   args: VariantArgs, seqs: Seqlens, order: bool = True) -> Any:
-    """A family's forward parameter block (of `fields`, the variant's included) with the pointers, strides,
-    shapes, scale and variant arguments every forward kernel reads; family-specific fields (TMA maps) are
-    left for the family to fill. `order`: Seqlens.fill's."""
-    params = struct_of(fields)(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-                               seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads=q.shape[2], kv_heads=k.shape[2],
-                               scale_log2=softmax_scale * math.log2(math.e))
-    set_strides(params, q=q, k=k, v=v, o=out)
-    seqs.fill(params, order=order)
-    args.fill(params)
-    return params
+        arch = current_arch(call.q.device)
+        plan = self.cubins[arch].source.plan
+        fn = self._function(call.q.device.index or 0, arch)
+        return forward_family(plan.family).prepare(plan, fn, call)
 
 
 def _check_shapes(q: Any, k: Any, v: Any) -> None:

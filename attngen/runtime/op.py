@@ -6,6 +6,7 @@ launcher under a key; the op's string argument names it, so torch.compile traces
 
 import math
 from collections.abc import Callable
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from .. import env
@@ -156,6 +157,14 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -
 
 
 def _backward(ctx: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
+    """The op's backward: the gradients of its twelve inputs."""
+    dq, dk, dv, grads = _gradients(ctx, grad_out, grad_lse)
+    # A list of floats is one leaf when it holds some (None), an empty list when it holds none.
+    return (dq, dk, dv, None, None, grads, (None if ctx.scalars else []), None, None, None, None, None)
+
+
+def _gradients(ctx: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, Any, Any, list[Any]]:
+    """dq, dk, dv and the extras' gradients (the sinks', else None) of a call whose context _setup_context wrote."""
     import torch
 
     q, k, v, out, lse, cu_q, cu_k, used_k, *extras = ctx.saved_tensors
@@ -172,9 +181,32 @@ def _backward(ctx: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
         # sequence's kernels take.
         dq, dk, dv, dsinks = _bwd_impl(grad_out, q, k, v, out, lse, grad_lse, ctx.softmax_scale, ctx.kernel, extras,
                                        ctx.scalars, (cu_q, cu_k, used_k, *ctx.max_seqlens))
-    grads = [dsinks if i == ctx.sinks_at else None for i in range(len(extras))]
-    # A list of floats is one leaf when it holds some (None), an empty list when it holds none.
-    return (dq, dk, dv, None, None, grads, (None if ctx.scalars else []), None, None, None, None, None)
+    return dq, dk, dv, [dsinks if i == ctx.sinks_at else None for i in range(len(extras))]
+
+
+@cache
+def _eager_autograd() -> Any:
+    """The autograd function of eager calls that record a gradient: the op's forward and backward without its
+    dispatch and the custom op's autograd layer (pytree flattening, the redispatch), which cost ~100 us of host time
+    a call on the GPU machine (benchmarks/host_layers.py). Traced graphs hold the op."""
+    import torch
+
+    class EagerAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, q: Any, k: Any, v: Any, softmax_scale: float, kernel: str, scalars: list[float],
+                    seqs: Sequences, *extras: Any) -> Any:
+            out, lse = _fwd_impl(q, k, v, softmax_scale, kernel, list(extras), scalars, seqs)
+            _setup_context(ctx, (q, k, v, softmax_scale, kernel, list(extras), scalars, *seqs), (out, lse))
+            # An unused output's gradient stays None (no zero LSE gradient for the preprocess to subtract).
+            ctx.set_materialize_grads(False)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
+            dq, dk, dv, grads = _gradients(ctx, grad_out, grad_lse)
+            return (dq, dk, dv, None, None, None, None, *grads)
+
+    return EagerAttention
 
 
 def ensure_registered() -> None:
@@ -251,9 +283,12 @@ def attention_fwd(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", softm
     ensure_registered()
     cu_q, cu_k, used_k, max_q, max_k = seqs if seqs is not None else (None, None, None, 0, 0)
     extras, scalars = list(extras or []), list(scalars or [])
-    if _eager(q, k, v) and not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *extras))):
+    if _eager(q, k, v):
+        seqs = (cu_q, cu_k, used_k, max_q, max_k)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *extras)):
+            return _eager_autograd().apply(q, k, v, softmax_scale, kernel, scalars, seqs, *extras)
         # Eager without a gradient to record (inference, no_grad): the launcher directly, as decode_fwd.
-        return _fwd_impl(q, k, v, softmax_scale, kernel, extras, scalars, (cu_q, cu_k, used_k, max_q, max_k))
+        return _fwd_impl(q, k, v, softmax_scale, kernel, extras, scalars, seqs)
     return torch.ops.attngen.attention_fwd(q, k, v, softmax_scale, kernel, extras, scalars, cu_q, cu_k, used_k,
                                            max_q, max_k)
 
