@@ -87,6 +87,12 @@ DKV_FROM_SMEM_BLOCK_M: frozenset[int] = frozenset()
 #: (results/h100/hd64_rs, against one tile): hd64 (then two stages) +1-5%, 8k 466-474 -> 472-480, causal 445 ->
 #: 458-461, 16k 480 -> 501-505; hd128 (three stages still fit: 226.6 KB) level to +2%.
 DS_BUFFERS = 2
+#: dK and dV written through shared memory at the end of a block (HopperBwdTiling.dkv_staged): a warp's 16 rows packed
+#: into the K and V tiles' rows by stmatrix, then 16-byte row chunks to global memory, two whole rows a warp store at
+#: hd128 where the fragments' 4-byte stores cover 16 bytes of eight rows. Why: against FlashAttention-4 at 2k the
+#: dK/dV kernel's time fits ~10 us of fixed cost a block against its ~2 (results/h100/prepared/call_vs_kernels,
+#: NOTES.md). A module constant for the device A/B.
+DKV_STAGED = True
 #: dQ added from registers by red.global.add.v4.f32 into the tile-ordered accumulator (HopperBwdTiling.dq_red)
 #: instead of staged in shared memory and TMA-reduced by producer warp 1 (main's path, kept for ordered dQ). Why: the
 #: staged form's profile (results/h100/bwd_lse_rows/ncu_lse_rows) shows its 16 KB of fp32 stores and the bulk read
@@ -165,7 +171,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
-                           dq_bulk=bulk, ds_buffers=ds)
+                           dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED)
 
 
 def _layouts(spec: AttentionSpec, *, bm: int, from_smem: bool, from_registers: bool, dq_cols: int,
@@ -355,7 +361,8 @@ class Sm90Backward(BackwardFamily):
                 f"regs {hb.producer_regs}/{hb.consumer_regs}, ")
         if not hb.split:
             line += (f"dV and dK from {'shared memory' if hb.dkv_from_smem else 'registers'}, "
-                     f"{hb.ds_buffers} dS^T tile{'s' if hb.ds_buffers > 1 else ''}, ")
+                     f"{hb.ds_buffers} dS^T tile{'s' if hb.ds_buffers > 1 else ''}, "
+                     f"dK and dV out {'through shared memory' if hb.dkv_staged else 'from the fragments'}, ")
         return line + (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, "
                        + dq_line(hb))
 

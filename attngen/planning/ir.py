@@ -293,6 +293,9 @@ class HopperBwdTiling(_Frozen):
     dk_from_smem: bool = False
     #: dS^T tiles in shared memory: 2 alternate by step (one named barrier a step around them instead of two).
     ds_buffers: int = 1
+    #: Without split: dK and dV leave through shared memory (each warp's rows packed into the K and V tiles' rows its
+    #: warpgroup owned, then written by 16-byte row chunks) instead of by 4-byte stores from the fragments.
+    dkv_staged: bool = False
 
     @property
     def dq_swap(self) -> bool:
