@@ -1,6 +1,7 @@
 """Where the sm90 backward's dV and dK products read P^T and dS^T (packed registers or shared memory,
-sm90_bwd.DKV_FROM_SMEM_BLOCK_M), and how the shared-memory budget is spent on dS^T tiles (sm90_bwd.DS_BUFFERS) and Q/dO
-stages. No GPU needed: plans, rendered code and, for a few, the compiled SASS."""
+sm90_bwd.DKV_FROM_SMEM_BLOCK_M), how the shared-memory budget is spent on dS^T tiles (sm90_bwd.DS_BUFFERS) and Q/dO
+stages, and how dK and dV leave (sm90_bwd.DKV_STAGED). No GPU needed: plans, rendered code and, for a few, the
+compiled SASS."""
 
 from __future__ import annotations
 
@@ -98,6 +99,25 @@ def test_two_ds_tiles_drop_a_named_barrier_a_step(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(sm90_bwd, "DS_BUFFERS", 1)
     one = counts()
     assert one["BAR"] == two["BAR"] + 1 and one["HGMMA"] == two["HGMMA"] > 0
+
+
+def test_dk_and_dv_leave_through_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """dkv_staged (64-KV-row warpgroups; the head_dim split keeps its own stores): dK and dV packed into shared memory
+    by stmatrix and written by 16-byte row chunks, fewer global stores than the fragments' 4-byte ones, no spills; the
+    switch off restores the fragments' stores."""
+    assert _tiling(64).dkv_staged and _tiling(128, mask="causal").dkv_staged
+    assert not _tiling(256).dkv_staged
+
+    def counts() -> dict[str, int]:
+        cubin = build.build_bwd(_spec(128, mask="causal"), "sm90")
+        assert not any(r.spill_stores or r.wgmma_serialized for r in cubin.resources)
+        return opcodes(disassemble(cubin.data))
+
+    staged = counts()
+    monkeypatch.setattr(sm90_bwd, "DKV_STAGED", False)
+    assert not _tiling(128).dkv_staged
+    frags = counts()
+    assert staged["STG"] < frags["STG"] and staged["STSM"] > frags["STSM"]
 
 
 def test_explain_says_which_layouts_were_rejected_and_why() -> None:
