@@ -6,8 +6,8 @@ maps up by address and launches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, tile_table_entry, with_variant
 from ..planning.ir import HopperBwdPlan
@@ -15,7 +15,7 @@ from ..planning.planner_bwd import LoadFunction
 from ..runtime import backward as rt
 from ..runtime import tile_table, tma
 from ..runtime.driver import PreparedLaunch
-from ..runtime.prepared import ParamTemplate
+from ..runtime.prepared import ParamTemplate, copied
 from .sm90_dq_tiles import DQ_CONVERT_THREADS
 
 if TYPE_CHECKING:
@@ -23,21 +23,6 @@ if TYPE_CHECKING:
 
 #: The call's tensors TMA reads (BwdCall's attributes), in the order a describability check copies them.
 TMA_INPUTS = ("q", "k", "v", "dout")
-
-
-@dataclass(frozen=True)
-class MapSlot:
-    """A tensor map of the wgmma block: its field, where its tensor comes from (the call's `name`, or the buffers'
-    when `of_buffers`) and its key less the address."""
-
-    field: str
-    name: str
-    of_buffers: bool
-    proto: tma.MapKey
-
-    def fill(self, params: Any, call: rt.BwdCall, b: rt.Buffers) -> None:
-        t = getattr(b if self.of_buffers else call, self.name)
-        tma.fill(params, self.field, tma.tensor_map(replace(self.proto, address=t.data_ptr())))
 
 
 @dataclass(frozen=True)
@@ -49,7 +34,9 @@ class ReadyHopperBackward:
     copies: tuple[str, ...]
     pre: ParamTemplate
     hopper: ParamTemplate
-    maps: tuple[MapSlot, ...]
+    #: The maps of the call's tensors, then those of its buffers.
+    maps: tuple[tma.MapSlot, ...]
+    buffer_maps: tuple[tma.MapSlot, ...]
     preprocess: rt.Preprocess
     #: On a packed batch's flat preprocess grid: its table's entry order is the dK/dV kernel's batch_order.
     flat: bool
@@ -58,12 +45,14 @@ class ReadyHopperBackward:
 
     def run(self, call: rt.BwdCall, stream: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """dq, dk, dv of `call` (of this geometry), queued on `stream`."""
-        call = _copied(call, self.copies)
+        call = copied(call, self.copies)
         b = _buffers(self.plan, call)
         params = self.pre.make(lambda p: rt.call_fields(p, b, call, order=False))
         hopper = self.hopper.make(lambda p: rt.call_fields(p, b, call, order=not self.flat))
         for slot in self.maps:
-            slot.fill(hopper, call, b)
+            slot.fill(hopper, call)
+        for slot in self.buffer_maps:
+            slot.fill(hopper, b)
         table = self.preprocess(params, stream, call.seqs)
         if self.flat:
             order = table.order if table is not None else call.seqs.batch_order
@@ -77,21 +66,22 @@ class ReadyHopperBackward:
 
 def prepare(plan: HopperBwdPlan, function: LoadFunction, call: rt.BwdCall) -> ReadyHopperBackward:
     """The ready backward of calls like `call`."""
-    copies = tuple(n for n in TMA_INPUTS if not tma.describable(getattr(call, n)))
-    call = _copied(call, copies)
+    copies = tma.needs_copy(call, TMA_INPUTS)
+    call = copied(call, copies)
     h, seqs = plan.dkdv_wgmma, call.seqs
     b = _buffers(plan, call)
     # Packed: the preprocess runs on a flat grid of the entries' tiles (runtime/tile_table.py).
     tiles_entry = tile_table_entry(plan.kernel_name) if tile_table.serves(seqs, call.args) else None
-    maps = [MapSlot(field, n, False, tma.map_key(getattr(call, n), rows))
-            for field, n, rows in (("tma_q", "q", h.block_m), ("tma_do", "dout", h.block_m),
-                                   ("tma_k", "k", h.block_n), ("tma_v", "v", h.block_n))]
+    maps = tuple(tma.MapSlot(field, n, tma.map_key(getattr(call, n), rows))
+                 for field, n, rows in (("tma_q", "q", h.block_m), ("tma_do", "dout", h.block_m),
+                                        ("tma_k", "k", h.block_n), ("tma_v", "v", h.block_n)))
+    buffer_maps: tuple[tma.MapSlot, ...] = ()
     if not h.dq_red and not h.split:
         # dQ boxes: one warpgroup's wgmma rows (64) by 128 bytes of fp32 columns (the split's v2 reductions and a
         # tile-ordered accumulator need no map: the kernels leave it unread).
         from ..codegen import wgmma
 
-        maps.append(MapSlot("tma_dq_accum", "dq_accum", True, tma.map_key(b.dq_accum, wgmma.M)))
+        buffer_maps = (tma.MapSlot("tma_dq_accum", "dq_accum", tma.map_key(b.dq_accum, wgmma.M)),)
     pre, dkdv = plan.entry_names[:2]
     fields = call.args.fields
     dkdv_launch = convert = None
@@ -103,15 +93,10 @@ def prepare(plan: HopperBwdPlan, function: LoadFunction, call: rt.BwdCall) -> Re
         convert = PreparedLaunch(function(plan.entry_names[2], 0), seqs.grid(h.block_m), DQ_CONVERT_THREADS)
     return ReadyHopperBackward(
         plan=plan, copies=copies, pre=rt.param_template(with_variant(BWD_PARAMS, fields), b, call),
-        hopper=rt.param_template(with_variant(HOPPER_BWD_PARAMS, fields), b, call), maps=tuple(maps),
+        hopper=rt.param_template(with_variant(HOPPER_BWD_PARAMS, fields), b, call), maps=maps,
+        buffer_maps=buffer_maps,
         preprocess=rt.preprocess(function, pre, plan.preprocess_rows, seqs, b, tiles_entry),
         flat=tiles_entry is not None, dkdv=dkdv_launch, convert=convert)
-
-
-def _copied(call: rt.BwdCall, names: tuple[str, ...]) -> rt.BwdCall:
-    if not names:
-        return call
-    return replace(call, **{n: getattr(call, n).contiguous() for n in names})
 
 
 def _buffers(plan: HopperBwdPlan, call: rt.BwdCall) -> rt.Buffers:

@@ -6,7 +6,7 @@ V's after transposing it), builds a packed batch's tile table and launches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..codegen.abi import tile_table_entry, vt_entry, with_variant
@@ -14,7 +14,7 @@ from ..planning.ir import KernelPlan
 from ..runtime import fp8_layout, tile_table, tma
 from ..runtime.driver import PreparedLaunch
 from ..runtime.forward import FwdCall, call_fields, param_template
-from ..runtime.prepared import ParamTemplate
+from ..runtime.prepared import ParamTemplate, copied
 
 #: The call's tensors TMA reads (FwdCall's attributes).
 TMA_INPUTS = ("q", "k", "v")
@@ -27,8 +27,8 @@ class ReadyHopperForward:
     #: TMA_INPUTS a map cannot address in place (a stride-0 broadcast, say): they go in as contiguous copies.
     copies: tuple[str, ...]
     params: ParamTemplate
-    #: (field, the call's tensor, its map key less the address); V's is absent when V goes in transposed.
-    maps: tuple[tuple[str, str, tma.MapKey], ...]
+    #: The maps of the call's tensors; V's is absent when V goes in transposed.
+    maps: tuple[tma.MapSlot, ...]
     launch: PreparedLaunch
     #: An 8-bit V's transpose entry point and the box rows of its map, else None.
     transpose: tuple[Any, int] | None
@@ -36,11 +36,10 @@ class ReadyHopperForward:
     tiles: tuple[Any, tile_table.TileSide] | None
 
     def run(self, call: FwdCall, stream: int) -> None:
-        if self.copies:
-            call = replace(call, **{n: getattr(call, n).contiguous() for n in self.copies})
+        call = copied(call, self.copies)
         params = self.params.make(lambda p: call_fields(p, call, order=self.tiles is None))
-        for field, name, proto in self.maps:
-            tma.fill(params, field, tma.tensor_map(replace(proto, address=getattr(call, name).data_ptr())))
+        for slot in self.maps:
+            slot.fill(params, call)
         if self.transpose is not None:
             # An 8-bit V goes in transposed (keys contiguous), as (batch, head_dim, kv_heads, keys) for the map: rows
             # of the box are head-dim rows, its 128-byte columns keys.
@@ -56,16 +55,16 @@ class ReadyHopperForward:
 def prepare(plan: KernelPlan, fn: Any, call: FwdCall, fields: tuple[Any, ...], v_keys: int) -> ReadyHopperForward:
     """The ready forward of calls like `call`: `fields` the family's parameter block before the variant's, `v_keys`
     the keys per box of a transposed V (0: V as it is)."""
-    copies = tuple(n for n in TMA_INPUTS if not tma.describable(getattr(call, n)))
-    if copies:
-        call = replace(call, **{n: getattr(call, n).contiguous() for n in copies})
+    copies = tma.needs_copy(call, TMA_INPUTS)
+    call = copied(call, copies)
     seqs = call.seqs
-    maps = [("tma_q", "q", tma.map_key(call.q, plan.block_m)), ("tma_k", "k", tma.map_key(call.k, plan.block_n))]
+    maps = [tma.MapSlot("tma_q", "q", tma.map_key(call.q, plan.block_m)),
+            tma.MapSlot("tma_k", "k", tma.map_key(call.k, plan.block_n))]
     transpose = None
     if v_keys:
         transpose = (fn.sibling(vt_entry(plan.kernel_name)), plan.spec.head_dim)
     else:
-        maps.append(("tma_v", "v", tma.map_key(call.v, plan.block_n)))
+        maps.append(tma.MapSlot("tma_v", "v", tma.map_key(call.v, plan.block_n)))
     grid, tiles = seqs.grid(plan.block_m), None
     if tile_table.serves(seqs, call.args):   # packed: a flat grid of the entries' query tiles
         side = tile_table.TileSide(key_side=False, tile_rows=plan.block_m)

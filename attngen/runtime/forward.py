@@ -33,18 +33,9 @@ class FwdCall:
         return CallGeometry.of((self.q, self.k, self.v, self.out, self.lse), self.seqs, self.args)
 
 
-def forward_params(fields: tuple[Field, ...], call: FwdCall, order: bool = True) -> Any:
-    """A family's forward parameter block (of `fields`, the variant's included) with the pointers, strides, shapes,
-    scale and variant arguments every forward kernel reads; family-specific fields (TMA maps) are left for the
-    family to fill. `order`: Seqlens.fill's."""
-    params = struct_of(fields)()
-    shape_fields(params, call)
-    call_fields(params, call, order)
-    return params
-
-
 def param_template(fields: tuple[Field, ...], call: FwdCall) -> ParamTemplate:
-    """The geometry's part of forward_params, for calls like `call`; `call_fields` writes the rest."""
+    """The part of a family's forward parameter block (of `fields`, the variant's included) that calls like `call`
+    share: sizes and strides; `call_fields` writes the rest (family-specific fields, TMA maps, are the family's)."""
     params = struct_of(fields)()
     shape_fields(params, call)
     return ParamTemplate(params)

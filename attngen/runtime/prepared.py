@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, NamedTuple, TypeVar
 
 #: Ready calls kept per kernel (a training step runs a few shapes; a shape sweep evicts the oldest).
@@ -102,3 +102,13 @@ class ParamTemplate:
         params = self.struct.from_buffer_copy(self.data)
         fill(params)
         return params
+
+
+Call = TypeVar("Call")
+
+
+def copied(call: Call, names: tuple[str, ...]) -> Call:
+    """`call` (a dataclass) with contiguous copies of its tensors `names` (none: the call itself)."""
+    if not names:
+        return call
+    return replace(call, **{n: getattr(call, n).contiguous() for n in names})  # type: ignore[type-var]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..codegen.abi import TENSOR_MAP_BYTES
 from ..errors import LaunchError
@@ -134,3 +135,24 @@ def fill(params: ctypes.Structure, field: str, data: bytes) -> None:
     """Copies a map into its 128-byte field of the kernel's parameter block."""
     offset = getattr(type(params), field).offset
     ctypes.memmove(ctypes.addressof(params) + offset, data, TENSOR_MAP_BYTES)
+
+
+@dataclass(frozen=True)
+class MapSlot:
+    """A tensor map of a prepared launch (runtime.prepared): its field, the attribute `name` that holds its tensor (of
+    the call, or of another object such as the backward's buffers) and its key less the address."""
+
+    field: str
+    name: str
+    proto: MapKey
+
+    def fill(self, params: ctypes.Structure, owner: Any) -> None:
+        """The map of `owner`'s tensor, into its field of `params` (encoded once per address)."""
+        address = getattr(owner, self.name).data_ptr()
+        fill(params, self.field, tensor_map(replace(self.proto, address=address)))
+
+
+def needs_copy(call: Any, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The attributes among `names` of `call` whose tensors TMA cannot address in place (a stride-0 broadcast, say):
+    a launch passes contiguous copies of them."""
+    return tuple(n for n in names if not describable(getattr(call, n)))
