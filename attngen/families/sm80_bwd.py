@@ -268,7 +268,7 @@ class Sm80Backward(BackwardFamily):
         fields = params_with_variant(BWD_PARAMS, plan.spec)
         return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": fields,
                 "params_layout": layout(fields), "swizzle_chunks": chunks, "pad_rows": 0,
-                "zero_dq_accum": False}
+                "zero_dq_accum": False, "dependent_launch": False}
 
     def prepare(self, plan: BwdPlan, function: LoadFunction, call: Any) -> ReadySm80Backward:
         from ..runtime import backward as rt

@@ -93,6 +93,12 @@ DS_BUFFERS = 2
 #: dK/dV kernel's time fits ~10 us of fixed cost a block against its ~2 (results/h100/prepared/call_vs_kernels,
 #: NOTES.md). A module constant for the device A/B.
 DKV_STAGED = True
+#: The three kernels launched as programmatic dependents (HopperBwdPlan.dependent_launch), as FlashAttention-4's
+#: preprocess and sm90 backward are: the dK/dV kernel's blocks start under the preprocess's last wave and load K, V and
+#: the first Q and dO tiles before they wait for its D and LSE; dq_convert's launch latency hides under the dK/dV
+#: kernel's tail. Prediction: the first wave earlier by the preprocess's tail, a launch and the first loads (~5-10 us a
+#: call, +1% at 2k). A module constant for the device A/B.
+DEPENDENT_LAUNCH = True
 #: dQ added from registers by red.global.add.v4.f32 into the tile-ordered accumulator (HopperBwdTiling.dq_red)
 #: instead of staged in shared memory and TMA-reduced by producer warp 1 (main's path, kept for ordered dQ). Why: the
 #: staged form's profile (results/h100/bwd_lse_rows/ncu_lse_rows) shows its 16 KB of fp32 stores and the bulk read
@@ -339,6 +345,7 @@ class Sm90Backward(BackwardFamily):
             reason += "; deterministic: dQ's reductions ordered by a semaphore per query tile"
         return HopperBwdPlan(spec=spec, arch=info.arch, family=self.name,
                              kernel_name=kernel_name(spec, info.arch, PipelineKind.multistage, "bwd"), dkdv_wgmma=t,
+                             dependent_launch=info.programmatic_launch and DEPENDENT_LAUNCH,
                              cost=plan_cost(spec, info, t), reason=reason)
 
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
@@ -363,8 +370,8 @@ class Sm90Backward(BackwardFamily):
             line += (f"dV and dK from {'shared memory' if hb.dkv_from_smem else 'registers'}, "
                      f"{hb.ds_buffers} dS^T tile{'s' if hb.ds_buffers > 1 else ''}, "
                      f"dK and dV out {'through shared memory' if hb.dkv_staged else 'from the fragments'}, ")
-        return line + (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, "
-                       + dq_line(hb))
+        line += (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
+        return line + (", dependent launches" if plan.dependent_launch else "")
 
     def context(self, plan: HopperBwdPlan) -> dict[str, object]:
         from ..codegen.renderer import common_context
@@ -380,7 +387,7 @@ class Sm90Backward(BackwardFamily):
                    "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
-                "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red}
+                "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "dependent_launch": plan.dependent_launch}
 
     def prepare(self, plan: HopperBwdPlan, function: LoadFunction, call: Any) -> Any:
         from .sm90_bwd_ready import prepare

@@ -87,15 +87,17 @@ def prepare(plan: HopperBwdPlan, function: LoadFunction, call: rt.BwdCall) -> Re
     dkdv_launch = convert = None
     if seqs.seqlen_k:
         grid = (-(-seqs.seqlen_k // h.block_n), call.k.shape[2], seqs.batch)
-        dkdv_launch = PreparedLaunch(function(dkdv, h.smem_bytes), grid, h.threads)
+        dkdv_launch = PreparedLaunch(function(dkdv, h.smem_bytes), grid, h.threads, dependent=plan.dependent_launch)
     if h.dq_red and seqs.seqlen_q:
         # One block per (query tile, head, entry) of the tile-ordered accumulator: dQ scaled, in the input dtype.
-        convert = PreparedLaunch(function(plan.entry_names[2], 0), seqs.grid(h.block_m), DQ_CONVERT_THREADS)
+        convert = PreparedLaunch(function(plan.entry_names[2], 0), seqs.grid(h.block_m), DQ_CONVERT_THREADS,
+                                 dependent=plan.dependent_launch)
     return ReadyHopperBackward(
         plan=plan, copies=copies, pre=rt.param_template(with_variant(BWD_PARAMS, fields), b, call),
         hopper=rt.param_template(with_variant(HOPPER_BWD_PARAMS, fields), b, call), maps=maps,
         buffer_maps=buffer_maps,
-        preprocess=rt.preprocess(function, pre, plan.preprocess_rows, seqs, b, tiles_entry),
+        preprocess=rt.preprocess(function, pre, plan.preprocess_rows, seqs, b, tiles_entry,
+                                 dependent=plan.dependent_launch),
         flat=tiles_entry is not None, dkdv=dkdv_launch, convert=convert)
 
 

@@ -383,6 +383,10 @@ class HopperBwdPlan(_Frozen):
     kernel_name: str
     dkdv_wgmma: HopperBwdTiling
     preprocess_rows: int = 32
+    #: The preprocess, the dK/dV kernel and dq_convert are launched as programmatic dependents (archs with
+    #: programmatic_launch): each may start its blocks under the last blocks of the grid before it and waits for that
+    #: grid's writes in the kernel (the dK/dV kernel's producer after loading K, V and the first Q and dO tiles).
+    dependent_launch: bool = False
     cost: BwdCost
     reason: str
 

@@ -291,10 +291,11 @@ class Preprocess:
         return table
 
 
-def preprocess(function: Any, entry: str, rows: int, seqs: Seqlens, b: Buffers,
-               tiles_entry: str | None = None) -> Preprocess:
+def preprocess(function: Any, entry: str, rows: int, seqs: Seqlens, b: Buffers, tiles_entry: str | None = None,
+               dependent: bool = False) -> Preprocess:
     """The preprocess of calls like this one (`rows` query rows per block); `tiles_entry`: the cubin's tile table
-    builder, for a packed batch's flat grid."""
+    builder, for a packed batch's flat grid; `dependent`: a programmatic dependent launch (the kernel waits for the
+    grid before it)."""
     from . import tile_table
 
     if not seqs.seqlen_q:
@@ -306,7 +307,7 @@ def preprocess(function: Any, entry: str, rows: int, seqs: Seqlens, b: Buffers,
         side = tile_table.TileSide(key_side=False, tile_rows=rows, pad_rows=b.pad_rows)
         tiles = (function(tiles_entry, 0), side)
         grid = (tile_table.blocks(seqs, side, seqs.heads, b.dq.shape[1]), 1, 1)
-    return Preprocess(launch=PreparedLaunch(function(entry, 0), grid, PRE_THREADS), tiles=tiles)
+    return Preprocess(launch=PreparedLaunch(function(entry, 0), grid, PRE_THREADS, dependent), tiles=tiles)
 
 
 def finish(b: Buffers, seqlen_k: int, softmax_scale: float,

@@ -117,6 +117,20 @@ __device__ __forceinline__ void unpack2(u32 v, float& lo, float& hi) {
   hi = __uint_as_float(v & 0xffff0000u);
 }
 
+// Programmatic dependent launch (sm90 on; both are no-ops in a grid launched without it): wait until the grids this
+// one depends on have finished and their writes are visible; let the stream's next grid start its blocks.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void store_u32(void* ptr, u32 value) { *reinterpret_cast<u32*>(ptr) = value; }
 
 struct alignas(16) Chunk { u32 x, y, z, w; };
