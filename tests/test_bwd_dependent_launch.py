@@ -42,6 +42,7 @@ def test_each_kernel_waits_and_the_producer_waits_after_its_first_loads(monkeypa
     """The preprocess waits before its loads and lets the dK/dV kernel start; the dK/dV kernel's producer issues K, V
     and the first Q and dO tiles (UTMALDG), then waits, then copies the row values (UBLKCP: the preprocess's D and
     LSE); dq_convert waits before it reads. With the switch off no kernel has either instruction."""
+    monkeypatch.setattr(sm90_bwd, "DEPENDENT_LAUNCH", True)
     kernels = _kernels(SPEC)
     assert set(kernels) == {"preprocess", "dkdv_wgmma", "dq_convert"}
     pre, dkdv, convert = kernels["preprocess"], kernels["dkdv_wgmma"], kernels["dq_convert"]
@@ -58,6 +59,8 @@ def test_each_kernel_waits_and_the_producer_waits_after_its_first_loads(monkeypa
 
 
 def test_the_plan_names_the_dependent_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert plan_bwd(SPEC, Arch.sm90).dependent_launch is sm90_bwd.DEPENDENT_LAUNCH
+    monkeypatch.setattr(sm90_bwd, "DEPENDENT_LAUNCH", True)
     plan = plan_bwd(SPEC, Arch.sm90)
     assert plan.dependent_launch
     assert sm90_bwd.Sm90Backward().plan_line(plan).endswith(", dependent launches")

@@ -97,8 +97,10 @@ DKV_STAGED = True
 #: preprocess and sm90 backward are: the dK/dV kernel's blocks start under the preprocess's last wave and load K, V and
 #: the first Q and dO tiles before they wait for its D and LSE; dq_convert's launch latency hides under the dK/dV
 #: kernel's tail. Prediction: the first wave earlier by the preprocess's tail, a launch and the first loads (~5-10 us a
-#: call, +1% at 2k). A module constant for the device A/B.
-DEPENDENT_LAUNCH = True
+#: call, +1% at 2k). Off: measured level on the H100 (benchmarks/dependent_launch_ab.py, the same kernels launched
+#: both ways in one process, three rounds: x0.975-1.007 at hd64/128/256, 2k and 8k; results/h100/pdl, NOTES.md).
+#: Compiled and tested (CPU and GPU) on; a module constant for the device A/B.
+DEPENDENT_LAUNCH = False
 #: dQ added from registers by red.global.add.v4.f32 into the tile-ordered accumulator (HopperBwdTiling.dq_red)
 #: instead of staged in shared memory and TMA-reduced by producer warp 1 (main's path, kept for ordered dQ). Why: the
 #: staged form's profile (results/h100/bwd_lse_rows/ncu_lse_rows) shows its 16 KB of fp32 stores and the bulk read
