@@ -11,7 +11,7 @@ import pytest
 from attngen import families
 from attngen.errors import PlanError
 from attngen.families import Direction
-from attngen.families.sm90_fwd import MEASURED_TILES
+from attngen.families.sm90_fwd import measured_tiles
 from attngen.planning.ir import MultistageTiling, WarpSpecializedTiling
 from attngen.planning.planner import ForwardFamily, choose, considered, forward_families, plan, plan_with
 from attngen.spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind, Tiles
@@ -49,7 +49,7 @@ def test_serving_matches_coverage_and_auto_takes_the_first(arch: Arch, head_dim:
     hopper = arch is Arch.sm90 and head_dim % 64 == 0
     assert p.family == ("sm90_fwd" if hopper else "sm80_fwd")
     if hopper:  # the family's measured table picks its pipeline
-        want = MEASURED_TILES.get(head_dim)
+        want = measured_tiles(spec)
         assert p.pipeline is (want.pipeline if want else PipelineKind.pingpong)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from attngen.errors import PlanError, SpecError
 from attngen.families.sm80_fwd import smem_layout
-from attngen.families.sm90_fwd import MEASURED_TILES, describe_tiling, measured_preference
+from attngen.families.sm90_fwd import describe_tiling, measured_preference, measured_tiles
 from attngen.planning.archs import arch_info
 from attngen.planning.ir import Candidate, KernelPlan, Tiling
 from attngen.planning.planner import plan
@@ -38,7 +38,7 @@ def test_catalogue_plans_within_budget(path: Path, arch: Arch) -> None:
     # pipeline auto: a Hopper pipeline on sm90 wherever it serves the spec (head dims that are multiples
     # of 64): the measured one for the head dim, else ping-pong.
     hopper = arch is Arch.sm90 and spec.head_dim % 64 == 0
-    measured = MEASURED_TILES.get(spec.head_dim)
+    measured = measured_tiles(spec)
     want = (measured.pipeline if measured else PipelineKind.pingpong) if hopper else PipelineKind.multistage
     assert p.pipeline is want
 
@@ -85,9 +85,9 @@ def test_every_fitting_candidate_is_within_budget_and_the_cheapest_is_chosen() -
             fitting = [c for c in p.candidates if c.fits]
             assert all(c.smem_bytes <= arch_info(arch).smem_per_block and c.regs_estimate <= 255
                        for c in fitting)
-            if p.roles is not None and spec.head_dim in MEASURED_TILES:
+            want = measured_tiles(spec)
+            if p.roles is not None and want is not None:
                 # The Hopper tile table outranks the model: its entry, with the overlap, is chosen.
-                want = MEASURED_TILES[spec.head_dim]
                 assert (p.block_n, p.stages, p.roles.intra_wg_overlap) == (want.block_n, want.stages, want.overlap)
                 assert p.roles.consumer_warpgroups == want.consumer_warpgroups and p.pipeline is want.pipeline
                 assert "measured tiles" in p.reason
@@ -327,3 +327,27 @@ def test_the_calibrated_terms_move_no_sm90_choice(monkeypatch: pytest.MonkeyPatc
             assert after.cost.predicted_us == after.cost.rank_us == before.cost.rank_us, spec.name
     hd64 = [c for c in calibrated[-1].candidates if c.fits and c.cost is not None]
     assert min(hd64, key=lambda c: c.cost.predicted_us).tiling != calibrated[-1].tiling  # type: ignore[union-attr]
+
+
+def test_unmasked_hd64_takes_its_own_measured_tiles_and_a_spill_falls_back_to_the_general_ones() -> None:
+    """hd64 without a mask or score mod: 192 x 128 with the overlap (MEASURED_TILES_UNMASKED), admitted by the unmasked
+    register overhead; masked or modded specs keep MEASURED_TILES' tiles without it, and reject the overlapped tiles on
+    their registers. A build that excludes the unmasked tiles (a spill) gets the general measured ones."""
+    def key(p: KernelPlan) -> tuple[object, ...]:
+        assert p.roles is not None
+        return (p.roles.consumer_warpgroups, p.block_m, p.block_n, p.stages, p.roles.intra_wg_overlap)
+
+    plain = plan(AttentionSpec(head_dim=64, dtype="bf16"), Arch.sm90)
+    assert key(plain) == (3, 192, 128, 2, True)
+    assert plain.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES_UNMASKED: 3 consumer ")
+    for masked in (AttentionSpec(head_dim=64, dtype="bf16", mask="causal"),
+                   AttentionSpec.model_validate({"head_dim": 64, "dtype": "bf16", "score_mod": {"softcap": 30.0}})):
+        p = plan(masked, Arch.sm90)
+        assert key(p) == (3, 192, 128, 2, False)
+        assert p.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES: ")
+        overlapped = [c for c in p.candidates if describe_tiling(c.tiling) == describe_tiling(plain.tiling)]
+        assert overlapped and all(not c.fits and "consumer needs ~176 registers" in c.reason for c in overlapped)
+    fallback = plan(AttentionSpec(head_dim=64, dtype="bf16"), Arch.sm90, exclude={plain.tiling: "spilled"})
+    assert key(fallback) == (3, 192, 128, 2, False)
+    assert fallback.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES: ")
+    assert key(plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm90)) == (2, 128, 128, 2, True)

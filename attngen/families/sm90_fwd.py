@@ -43,6 +43,7 @@ from ..planning.shared import (
 )
 from ..planning.splits import wave_efficiency
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
+from ..spec.variant import MaskKind
 from .base import Coverage
 
 if TYPE_CHECKING:
@@ -53,6 +54,10 @@ if TYPE_CHECKING:
 #: consumer warpgroups: with the overlap, O + S + P = 196 spills 40 B at 240 registers and 188 does
 #: not; 128 spills 12 B at 160 and 124 does not. Without it no tiling within the budget spilled.
 CONSUMER_REG_OVERHEAD = 48
+#: The same for specs without a mask or score mod (no per-element mask or mod code beside S): hd64's 192 x 128 tiles
+#: with the overlap (O + S + P = 128) compile without spills at 160 under NVRTC 13.0 and 13.5 unmasked, and spill 72 B
+#: causal.
+UNMASKED_CONSUMER_REG_OVERHEAD = 32
 #: mbarriers: Q, and full/empty of K and V per stage, 8 bytes each.
 BARRIER_BYTES_PER_STAGE = 4 * 8
 #: Fixed cost of one KV iteration of a consumer warpgroup (two mbarrier waits, wgmma fence, commit
@@ -106,21 +111,49 @@ MEASURED_TILES: dict[int, MeasuredTiles] = {
     128: MeasuredTiles(PipelineKind.pingpong, 2, 128, 2, True),
     256: MeasuredTiles(PipelineKind.pingpong, 2, 80, 2, True),
 }
+#: Measured choice per head dim for specs without a mask or score mod (unmasked()), where it differs: hd64's 192 x 128
+#: tiles with the overlap, which fit the registers only there (UNMASKED_CONSUMER_REG_OVERHEAD), against the same
+#: tiles without it, forward TFLOP/s at 2k / 8k / 16k on the H100, two rounds (results/h100/fwd64): 450-460 ->
+#: 470-471, 487-491 -> 507-517, 514-515 -> 523-528; 192 x 112 with the overlap 444-446, 488-497, 510.
+MEASURED_TILES_UNMASKED: dict[int, MeasuredTiles] = {
+    64: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, True),
+}
+
+
+def unmasked(spec: AttentionSpec) -> bool:
+    """No mask and no score mod: nothing per element beside S in the consumers' registers."""
+    return spec.mask.kind is MaskKind.none and spec.score_mod is None
+
+
+def measured_tiles(spec: AttentionSpec) -> MeasuredTiles | None:
+    """The measured configuration of the spec's head dim (MEASURED_TILES_UNMASKED first where unmasked())."""
+    if unmasked(spec) and spec.head_dim in MEASURED_TILES_UNMASKED:
+        return MEASURED_TILES_UNMASKED[spec.head_dim]
+    return MEASURED_TILES.get(spec.head_dim)
+
+
+def measured_table(spec: AttentionSpec) -> str:
+    """The name of the table measured_tiles(spec) comes from."""
+    special = unmasked(spec) and spec.head_dim in MEASURED_TILES_UNMASKED
+    return "MEASURED_TILES_UNMASKED" if special else "MEASURED_TILES"
 
 
 def auto_pipeline(spec: AttentionSpec) -> PipelineKind:
     """What `pipeline: auto` picks on sm90 for a head dim the Hopper pipelines serve."""
-    measured = MEASURED_TILES.get(spec.head_dim)
+    measured = measured_tiles(spec)
     return measured.pipeline if measured else PipelineKind.pingpong
 
 
 def measured_preference(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:
-    """0 for the head dim's measured configuration, 1 otherwise (the ranking's first key)."""
-    want = MEASURED_TILES.get(spec.head_dim)
+    """The ranking's first key: 0 for the spec's measured configuration (measured_tiles), 1 for the head dim's
+    general one where the unmasked table names another (what a build takes if the unmasked one spills), else 2."""
+    want = measured_tiles(spec)
     if want is None:
         return 0
     got = (tiling.consumer_warpgroups, tiling.block_n, tiling.stages, tiling.intra_wg_overlap)
-    return 0 if got == (want.consumer_warpgroups, want.block_n, want.stages, want.overlap) else 1
+    ranked = [want, MEASURED_TILES.get(spec.head_dim, want)]
+    keys = [(m.consumer_warpgroups, m.block_n, m.stages, m.overlap) for m in ranked]
+    return keys.index(got) if got in keys else 2
 
 
 def supports(spec: AttentionSpec, arch: Arch) -> str | None:
@@ -181,7 +214,12 @@ def smem_layout(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> SmemLayou
 def register_estimate(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:
     """Consumer registers per thread: O (64 x d) and S (64 x block_n) in fp32 over 128 threads, with
     the overlap also the previous block's P (packed two per register), and the overhead."""
-    return spec.head_dim // 2 + tiling.block_n // 2 + p_registers(spec, tiling) + CONSUMER_REG_OVERHEAD
+    return spec.head_dim // 2 + tiling.block_n // 2 + p_registers(spec, tiling) + reg_overhead(spec)
+
+
+def reg_overhead(spec: AttentionSpec) -> int:
+    """The consumer registers beside O, S and P (UNMASKED_CONSUMER_REG_OVERHEAD where unmasked())."""
+    return UNMASKED_CONSUMER_REG_OVERHEAD if unmasked(spec) else CONSUMER_REG_OVERHEAD
 
 
 def p_registers(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:
@@ -292,7 +330,7 @@ def evaluate(spec: AttentionSpec, info: ArchInfo, tiling: WarpSpecializedTiling,
     if regs > cap:
         p_regs = p_registers(spec, tiling)
         return reject(f"consumer needs ~{regs} registers (O {spec.head_dim // 2} + S {tiling.block_n // 2} + "
-                      f"P {p_regs} + {CONSUMER_REG_OVERHEAD}); {tiling.consumer_warpgroups} consumer "
+                      f"P {p_regs} + {reg_overhead(spec)}); {tiling.consumer_warpgroups} consumer "
                       f"warpgroups get {cap} each after the producer keeps {PRODUCER_REGS}")
     cost = estimate_cost(spec, info, tiling, pingpong)
     return Candidate(tiling=tiling, smem_bytes=smem, regs_estimate=regs, fits=True, reason="fits", cost=cost)
@@ -336,8 +374,8 @@ class Sm90Forward(ForwardFamily):
     def auto_note(self, spec: AttentionSpec, kind: PipelineKind) -> str:
         if kind is not auto_pipeline(spec):
             return f"{kind.value}, the one of its pipelines whose search space holds the tiles"
-        if spec.head_dim in MEASURED_TILES:
-            return f"{kind.value}, the measured pipeline of hd{spec.head_dim} (sm90_fwd.MEASURED_TILES)"
+        if measured_tiles(spec) is not None:
+            return f"{kind.value}, the measured pipeline of hd{spec.head_dim} (sm90_fwd.{measured_table(spec)})"
         return f"{kind.value}, its default where no measurement names one"
 
     # ---- planning ------------------------------------------------------------------------------
@@ -355,11 +393,13 @@ class Sm90Forward(ForwardFamily):
                       fitting: list[Candidate]) -> str:
         """The measured tile table, or the lowest predicted time; where the table overrode the cost
         model, the model's own pick and both predictions."""
-        if spec.head_dim not in MEASURED_TILES or self.rank_key(spec, best)[0] != 0:
+        rank = self.rank_key(spec, best)[0]
+        if measured_tiles(spec) is None or rank == 2:
             return lowest_reason(best, fitting)
         assert best.cost is not None
         cost = best.cost
-        table = (f"the measured tiles of hd{spec.head_dim} (sm90_fwd.MEASURED_TILES: "
+        name = measured_table(spec) if rank == 0 else "MEASURED_TILES"
+        table = (f"the measured tiles of hd{spec.head_dim} (sm90_fwd.{name}: "
                  f"{self.describe(best.tiling)}; an H100 sweep measured them fastest)")
         model_pick = min(fitting, key=lambda c: (rank_time(c), c.smem_bytes, c.regs_estimate))
         if rank_time(model_pick) < rank_time(best):
