@@ -329,25 +329,29 @@ def test_the_calibrated_terms_move_no_sm90_choice(monkeypatch: pytest.MonkeyPatc
     assert min(hd64, key=lambda c: c.cost.predicted_us).tiling != calibrated[-1].tiling  # type: ignore[union-attr]
 
 
-def test_unmasked_hd64_takes_its_own_measured_tiles_and_a_spill_falls_back_to_the_general_ones() -> None:
-    """hd64 without a mask or score mod: 192 x 128 with the overlap (MEASURED_TILES_UNMASKED), admitted by the unmasked
-    register overhead; masked or modded specs keep MEASURED_TILES' tiles without it, and reject the overlapped tiles on
-    their registers. A build that excludes the unmasked tiles (a spill) gets the general measured ones."""
+def test_band_hd64_takes_its_own_measured_tiles_and_a_spill_falls_back_to_the_general_ones() -> None:
+    """hd64 with a band mask (none, causal, a window) and no score mod: 192 x 128 with the overlap
+    (MEASURED_TILES_BAND), admitted by the band register overhead; other masks and score mods keep MEASURED_TILES'
+    tiles without it, and reject the overlapped tiles on their registers. A build that excludes the band tiles (a
+    spill) gets the general measured ones."""
     def key(p: KernelPlan) -> tuple[object, ...]:
         assert p.roles is not None
         return (p.roles.consumer_warpgroups, p.block_m, p.block_n, p.stages, p.roles.intra_wg_overlap)
 
-    plain = plan(AttentionSpec(head_dim=64, dtype="bf16"), Arch.sm90)
-    assert key(plain) == (3, 192, 128, 2, True)
-    assert plain.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES_UNMASKED: 3 consumer ")
-    for masked in (AttentionSpec(head_dim=64, dtype="bf16", mask="causal"),
-                   AttentionSpec.model_validate({"head_dim": 64, "dtype": "bf16", "score_mod": {"softcap": 30.0}})):
-        p = plan(masked, Arch.sm90)
+    def spec(**update: object) -> AttentionSpec:
+        return AttentionSpec.model_validate({"head_dim": 64, "dtype": "bf16", **update})
+
+    band = [plan(spec(mask=m), Arch.sm90) for m in ("none", "causal", {"kind": "sliding_window", "window": [128, 0]})]
+    for p in band:
+        assert key(p) == (3, 192, 128, 2, True)
+        assert p.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES_BAND: 3 consumer ")
+    for other in (spec(mask={"kind": "chunked", "chunk": 256}), spec(mask="causal", score_mod={"softcap": 30.0})):
+        p = plan(other, Arch.sm90)
         assert key(p) == (3, 192, 128, 2, False)
         assert p.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES: ")
-        overlapped = [c for c in p.candidates if describe_tiling(c.tiling) == describe_tiling(plain.tiling)]
+        overlapped = [c for c in p.candidates if describe_tiling(c.tiling) == describe_tiling(band[0].tiling)]
         assert overlapped and all(not c.fits and "consumer needs ~176 registers" in c.reason for c in overlapped)
-    fallback = plan(AttentionSpec(head_dim=64, dtype="bf16"), Arch.sm90, exclude={plain.tiling: "spilled"})
+    fallback = plan(spec(mask="causal"), Arch.sm90, exclude={band[1].tiling: "spilled"})
     assert key(fallback) == (3, 192, 128, 2, False)
     assert fallback.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES: ")
     assert key(plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm90)) == (2, 128, 128, 2, True)

@@ -26,7 +26,7 @@ from ..codegen.wgmma import attention_ops
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
-from ..features.variant import params_with_variant
+from ..features.variant import params_with_variant, variant_of
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info, matmul_ceiling
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles, WarpSpecializedTiling
@@ -43,7 +43,6 @@ from ..planning.shared import (
 )
 from ..planning.splits import wave_efficiency
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
-from ..spec.variant import MaskKind
 from .base import Coverage
 
 if TYPE_CHECKING:
@@ -54,10 +53,11 @@ if TYPE_CHECKING:
 #: consumer warpgroups: with the overlap, O + S + P = 196 spills 40 B at 240 registers and 188 does
 #: not; 128 spills 12 B at 160 and 124 does not. Without it no tiling within the budget spilled.
 CONSUMER_REG_OVERHEAD = 48
-#: The same for specs without a mask or score mod (no per-element mask or mod code beside S): hd64's 192 x 128 tiles
-#: with the overlap (O + S + P = 128) compile without spills at 160 under NVRTC 13.0 and 13.5 unmasked, and spill 72 B
-#: causal.
-UNMASKED_CONSUMER_REG_OVERHEAD = 32
+#: The same for band masks (none, causal, sliding windows: two integers a row, softmax.cuh.j2) without a score mod:
+#: hd64's 192 x 128 tiles with the overlap (O + S + P = 128) compile without spills at 160 under NVRTC 13.0 and 13.5
+#: for each (sinks and packed batches too); a chunked or prefix-LM mask (visible() per element) spills 224-824 B there,
+#: a softcap 48 B or more.
+BAND_CONSUMER_REG_OVERHEAD = 32
 #: mbarriers: Q, and full/empty of K and V per stage, 8 bytes each.
 BARRIER_BYTES_PER_STAGE = 4 * 8
 #: Fixed cost of one KV iteration of a consumer warpgroup (two mbarrier waits, wgmma fence, commit
@@ -111,31 +111,33 @@ MEASURED_TILES: dict[int, MeasuredTiles] = {
     128: MeasuredTiles(PipelineKind.pingpong, 2, 128, 2, True),
     256: MeasuredTiles(PipelineKind.pingpong, 2, 80, 2, True),
 }
-#: Measured choice per head dim for specs without a mask or score mod (unmasked()), where it differs: hd64's 192 x 128
-#: tiles with the overlap, which fit the registers only there (UNMASKED_CONSUMER_REG_OVERHEAD), against the same
-#: tiles without it, forward TFLOP/s at 2k / 8k / 16k on the H100, two rounds (results/h100/fwd64): 450-460 ->
-#: 470-471, 487-491 -> 507-517, 514-515 -> 523-528; 192 x 112 with the overlap 444-446, 488-497, 510.
-MEASURED_TILES_UNMASKED: dict[int, MeasuredTiles] = {
+#: Measured choice per head dim for band masks without a score mod (band_plain()), where it differs: hd64's 192 x 128
+#: tiles with the overlap, which fit the registers only there (BAND_CONSUMER_REG_OVERHEAD), against the same tiles
+#: without it, forward TFLOP/s at 2k / 8k / 16k on the H100, two rounds (results/h100/fwd64, fwd64_causal):
+#: unmasked 450-460 -> 470-471, 487-491 -> 507-517, 514-515 -> 523-528 (192 x 112 with the overlap 444-446, 488-497,
+#: 510).
+MEASURED_TILES_BAND: dict[int, MeasuredTiles] = {
     64: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, True),
 }
 
 
-def unmasked(spec: AttentionSpec) -> bool:
-    """No mask and no score mod: nothing per element beside S in the consumers' registers."""
-    return spec.mask.kind is MaskKind.none and spec.score_mod is None
+def band_plain(spec: AttentionSpec) -> bool:
+    """A band mask (none, causal, a sliding window) and no score mod: beside S the consumers keep two integers a row
+    for the mask and nothing per element."""
+    return variant_of(spec).mask.band is not None and spec.score_mod is None
 
 
 def measured_tiles(spec: AttentionSpec) -> MeasuredTiles | None:
-    """The measured configuration of the spec's head dim (MEASURED_TILES_UNMASKED first where unmasked())."""
-    if unmasked(spec) and spec.head_dim in MEASURED_TILES_UNMASKED:
-        return MEASURED_TILES_UNMASKED[spec.head_dim]
+    """The measured configuration of the spec's head dim (MEASURED_TILES_BAND first where band_plain())."""
+    if band_plain(spec) and spec.head_dim in MEASURED_TILES_BAND:
+        return MEASURED_TILES_BAND[spec.head_dim]
     return MEASURED_TILES.get(spec.head_dim)
 
 
 def measured_table(spec: AttentionSpec) -> str:
     """The name of the table measured_tiles(spec) comes from."""
-    special = unmasked(spec) and spec.head_dim in MEASURED_TILES_UNMASKED
-    return "MEASURED_TILES_UNMASKED" if special else "MEASURED_TILES"
+    special = band_plain(spec) and spec.head_dim in MEASURED_TILES_BAND
+    return "MEASURED_TILES_BAND" if special else "MEASURED_TILES"
 
 
 def auto_pipeline(spec: AttentionSpec) -> PipelineKind:
@@ -146,7 +148,7 @@ def auto_pipeline(spec: AttentionSpec) -> PipelineKind:
 
 def measured_preference(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:
     """The ranking's first key: 0 for the spec's measured configuration (measured_tiles), 1 for the head dim's
-    general one where the unmasked table names another (what a build takes if the unmasked one spills), else 2."""
+    general one where the band table names another (what a build takes if the band one spills), else 2."""
     want = measured_tiles(spec)
     if want is None:
         return 0
@@ -218,8 +220,8 @@ def register_estimate(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int
 
 
 def reg_overhead(spec: AttentionSpec) -> int:
-    """The consumer registers beside O, S and P (UNMASKED_CONSUMER_REG_OVERHEAD where unmasked())."""
-    return UNMASKED_CONSUMER_REG_OVERHEAD if unmasked(spec) else CONSUMER_REG_OVERHEAD
+    """The consumer registers beside O, S and P (BAND_CONSUMER_REG_OVERHEAD where band_plain())."""
+    return BAND_CONSUMER_REG_OVERHEAD if band_plain(spec) else CONSUMER_REG_OVERHEAD
 
 
 def p_registers(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:

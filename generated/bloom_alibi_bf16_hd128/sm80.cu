@@ -841,6 +841,17 @@ struct Variant {
     return (kv_idx <= ((q_idx + sk) - sq));
   }
 
+  // kBand: the keys row q_idx sees, [lo, hi] inclusive (hi < lo: none), what visible() says of each key of the row
+  // (the window kLeft keys before and kRight after the bottom-right diagonal, inside [0, sk)). A masked tile then
+  // compares each element's constant column offset with two integers of its row.
+  __device__ __forceinline__ int2 key_window(int q_idx) const {
+    static_assert(kBand, "a window exists for band masks only");
+    const int diagonal = q_idx + sk - sq;
+    const int lo = kLeft >= 0 ? max(0, diagonal - kLeft) : 0;
+    const int hi = kRight >= 0 ? min(sk - 1, diagonal + kRight) : sk - 1;
+    return make_int2(lo, hi);
+  }
+
   // The tile [q_lo, q_hi] x [kv_lo, kv_hi] (inclusive, inside the sequences): no element visible,
   // some, or all.
   __device__ __forceinline__ int classify(int q_lo, int q_hi, int kv_lo, int kv_hi) const {
@@ -1111,6 +1122,16 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
       const int row = rows.row(t, h, lane);
       const V& var = rows.var(t, h);
       float mx = f.row_max[t][h];
+      // A band mask: the row's visible keys as offsets from the lane's first column, so each element compares its
+      // constant offset n * 8 + e (no per-element column kept live: at hd64's 192 x 128 tiles with the overlap those
+      // spilled 72 B). Other masks ask visible() per element.
+      int2 seen = make_int2(0, 0);
+      if constexpr (kMask && V::kBand) {
+        const int first = col_base + 2 * (lane % 4);
+        seen = var.key_window(row);
+        seen.x -= first;
+        seen.y -= first;
+      }
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
@@ -1121,7 +1142,9 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
             float& s = f.s[t][n][2 * h + e];
             s = var.score_mod(row, col, s * (scale_log2 * kLn2)) * kLog2e;
           }
-          if constexpr (kMask) {
+          if constexpr (kMask && V::kBand) {
+            if (n * 8 + e < seen.x || n * 8 + e > seen.y) f.s[t][n][2 * h + e] = neg_inf();
+          } else if constexpr (kMask) {
             if (!var.visible(row, col)) f.s[t][n][2 * h + e] = neg_inf();
           }
           mx = fmaxf(mx, f.s[t][n][2 * h + e]);
