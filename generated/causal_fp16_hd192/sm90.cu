@@ -1349,11 +1349,13 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
       const int row = rows.row(t, h, lane);
       const V& var = rows.var(t, h);
       float mx = f.row_max[t][h];
-      // A band mask: the row's visible keys as offsets from the lane's first column, so each element compares its
-      // constant offset n * 8 + e (no per-element column kept live: at hd64's 192 x 128 tiles with the overlap those
-      // spilled 72 B). Other masks ask visible() per element.
+      // A band mask without a score mod: the row's visible keys as offsets from the lane's first column, so each
+      // element compares its constant offset n * 8 + e (no per-element column kept live: at hd64's 192 x 128 tiles with
+      // the overlap those spilled 72 B). A score mod reads each element's column anyway (the window beside it made fp8
+      // hd256's causal ALiBi spill), and other masks ask visible() per element.
+      constexpr bool kWindow = kMask && V::kBand && !V::kScoreMod;
       int2 seen = make_int2(0, 0);
-      if constexpr (kMask && V::kBand) {
+      if constexpr (kWindow) {
         const int first = col_base + 2 * (lane % 4);
         seen = var.key_window(row);
         seen.x -= first;
@@ -1369,7 +1371,7 @@ __device__ __forceinline__ void softmax_rows(Frag& f, const Rows& rows, float sc
             float& s = f.s[t][n][2 * h + e];
             s = var.score_mod(row, col, s * (scale_log2 * kLn2)) * kLog2e;
           }
-          if constexpr (kMask && V::kBand) {
+          if constexpr (kWindow) {
             if (n * 8 + e < seen.x || n * 8 + e > seen.y) f.s[t][n][2 * h + e] = neg_inf();
           } else if constexpr (kMask) {
             if (!var.visible(row, col)) f.s[t][n][2 * h + e] = neg_inf();
