@@ -11,7 +11,7 @@ import pytest
 from attngen import families
 from attngen.errors import PlanError
 from attngen.families import Direction
-from attngen.families.sm90_fwd import measured_tiles
+from attngen.families.sm90_fwd_measured import measured_tiles
 from attngen.planning.ir import MultistageTiling, WarpSpecializedTiling
 from attngen.planning.planner import ForwardFamily, choose, considered, forward_families, plan, plan_with
 from attngen.spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind, Tiles
@@ -91,7 +91,7 @@ def test_considered_names_every_forward_family_and_why() -> None:
     verdicts = dict(considered(p))
     assert list(verdicts) == ["sm90_fwd", "sm80_fwd"]
     assert verdicts["sm90_fwd"].startswith("chosen (TMA + wgmma, warp-specialized / ping-pong): pipeline auto: ")
-    assert "the measured pipeline of hd128 (sm90_fwd.MEASURED_TILES)" in verdicts["sm90_fwd"]
+    assert "the measured pipeline of hd128 (sm90_fwd_measured.MEASURED_TILES)" in verdicts["sm90_fwd"]
     assert verdicts["sm80_fwd"].startswith("serves the spec, but sm90_fwd comes before it in FAMILIES' order; "
                                            "its own pick [block_m ")
     assert f"sm90_fwd's plan {p.cost.predicted_us} us" in verdicts["sm80_fwd"]

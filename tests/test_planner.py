@@ -9,7 +9,8 @@ import pytest
 
 from attngen.errors import PlanError, SpecError
 from attngen.families.sm80_fwd import smem_layout
-from attngen.families.sm90_fwd import describe_tiling, measured_preference, measured_tiles
+from attngen.families.sm90_fwd import describe_tiling
+from attngen.families.sm90_fwd_measured import measured_preference, measured_tiles
 from attngen.planning.archs import arch_info
 from attngen.planning.ir import Candidate, KernelPlan, Tiling
 from attngen.planning.planner import plan
@@ -209,7 +210,7 @@ def test_reason_names_the_measured_tiles_and_the_cost_models_pick_they_overrode(
     p = plan(load_spec(SPECS / "causal_bf16_hd128.yaml"), Arch.sm90)
     pick = _model_pick(p)
     assert pick.cost is not None and pick.cost.predicted_us < p.cost.predicted_us  # the table overrode the model
-    assert p.reason.startswith("the measured tiles of hd128 (sm90_fwd.MEASURED_TILES: 2 consumer warpgroups, "
+    assert p.reason.startswith("the measured tiles of hd128 (sm90_fwd_measured.MEASURED_TILES: 2 consumer warpgroups, "
                                "block_n 128, 2 stages, overlap True; an H100 sweep measured them fastest), chosen "
                                f"over the cost model's pick [{describe_tiling(pick.tiling)}] "
                                f"({pick.cost.predicted_us} us predicted; this one {p.cost.predicted_us} us at seqlen"
@@ -220,7 +221,7 @@ def test_reason_names_the_measured_tiles_and_the_cost_models_pick_they_overrode(
 def test_reason_says_lowest_predicted_time_only_when_it_is() -> None:
     measured_and_lowest = plan(hd256(), Arch.sm90)
     assert _model_pick(measured_and_lowest).tiling == measured_and_lowest.tiling
-    assert measured_and_lowest.reason.startswith("the measured tiles of hd256 (sm90_fwd.MEASURED_TILES: ")
+    assert measured_and_lowest.reason.startswith("the measured tiles of hd256 (sm90_fwd_measured.MEASURED_TILES: ")
     assert f"also the lowest predicted time {measured_and_lowest.cost.predicted_us} us" in measured_and_lowest.reason
     model = plan(load_spec(SPECS / "causal_bf16_hd128.yaml"), Arch.sm80)
     assert _model_pick(model).tiling == model.tiling
@@ -344,14 +345,14 @@ def test_band_hd64_takes_its_own_measured_tiles_and_a_spill_falls_back_to_the_ge
     band = [plan(spec(mask=m), Arch.sm90) for m in ("none", "causal", {"kind": "sliding_window", "window": [128, 0]})]
     for p in band:
         assert key(p) == (3, 192, 128, 2, True)
-        assert p.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES_BAND: 3 consumer ")
+        assert p.reason.startswith("the measured tiles of hd64 (sm90_fwd_measured.MEASURED_TILES_BAND: 3 consumer ")
     for other in (spec(mask={"kind": "chunked", "chunk": 256}), spec(mask="causal", score_mod={"softcap": 30.0})):
         p = plan(other, Arch.sm90)
         assert key(p) == (3, 192, 128, 2, False)
-        assert p.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES: ")
+        assert p.reason.startswith("the measured tiles of hd64 (sm90_fwd_measured.MEASURED_TILES: ")
         overlapped = [c for c in p.candidates if describe_tiling(c.tiling) == describe_tiling(band[0].tiling)]
         assert overlapped and all(not c.fits and "consumer needs ~176 registers" in c.reason for c in overlapped)
     fallback = plan(spec(mask="causal"), Arch.sm90, exclude={band[1].tiling: "spilled"})
     assert key(fallback) == (3, 192, 128, 2, False)
-    assert fallback.reason.startswith("the measured tiles of hd64 (sm90_fwd.MEASURED_TILES: ")
+    assert fallback.reason.startswith("the measured tiles of hd64 (sm90_fwd_measured.MEASURED_TILES: ")
     assert key(plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm90)) == (2, 128, 128, 2, True)

@@ -10,7 +10,6 @@ template is attn_fwd_hopper.cu.j2, its parameter block abi.HOPPER_FWD_PARAMS (TM
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..codegen.abi import (
@@ -26,7 +25,7 @@ from ..codegen.wgmma import attention_ops
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
-from ..features.variant import params_with_variant, variant_of
+from ..features.variant import params_with_variant
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info, matmul_ceiling
 from ..planning.ir import Candidate, CostEstimate, KernelPlan, SmemLayout, Tiling, WarpRoles, WarpSpecializedTiling
@@ -44,6 +43,7 @@ from ..planning.shared import (
 from ..planning.splits import wave_efficiency
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
+from .sm90_fwd_measured import auto_pipeline, band_plain, measured_preference, measured_table, measured_tiles
 
 if TYPE_CHECKING:
     from ..toolchain.artifacts import KernelSource
@@ -85,77 +85,6 @@ PARTIAL_MASK_SLOWDOWN = 1.13
 #: The ctypes twin of the kernel's parameter block (TMA maps first).
 #: The reference workload (REF_SEQLEN, REF_HIDDEN), the producer's registers (PRODUCER_REGS) and the
 #: TMA alignment slack (ALIGN_SLACK) are shared with the backward families: planning/shared.py.
-
-
-@dataclass(frozen=True)
-class MeasuredTiles:
-    """The fastest Hopper configuration an H100 sweep found for one head dim."""
-
-    pipeline: PipelineKind
-    consumer_warpgroups: int
-    block_n: int
-    stages: int
-    overlap: bool
-
-
-#: Measured choice per head dim: the H100 sweep of every fitting ping-pong tiling at seqlen 8k, bf16
-#: (benchmarks/results/h100/hopper/sweep_pingpong_8k.log) and the ablation (ablation.log). The cost
-#: model has no term for ptxas's scheduling under register pressure, which is what separates these:
-#:   hd64:  3 consumer warpgroups, 192 x 128, no overlap (warp_specialized): 484 TFLOP/s non-causal;
-#:          ping-pong 128 x 192 x 3 stages with the overlap: 460 / 431 (non-causal / causal)
-#:   hd128: ping-pong 128 x 128, 2 stages, overlap: 638-657 / 571-579; 128 x 160: 623; 128 x 112: 588 / 584
-#:   hd256: ping-pong 128 x 80, 2 stages, overlap: 671 / 653; 128 x 64: 639 / 585 (80 x 3 stages is over 227 KB)
-#: With two consumer warpgroups the overlap beat the same tiles without it by 2-19%.
-MEASURED_TILES: dict[int, MeasuredTiles] = {
-    64: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, False),
-    128: MeasuredTiles(PipelineKind.pingpong, 2, 128, 2, True),
-    256: MeasuredTiles(PipelineKind.pingpong, 2, 80, 2, True),
-}
-#: Measured choice per head dim for band masks without a score mod (band_plain()), where it differs: hd64's 192 x 128
-#: tiles with the overlap, which fit the registers only there (BAND_CONSUMER_REG_OVERHEAD), against the same tiles
-#: without it, forward TFLOP/s at 2k / 8k / 16k on the H100, two rounds (results/h100/fwd64, fwd64_causal):
-#: unmasked 450-460 -> 470-471, 487-491 -> 507-517, 514-515 -> 523-528 (192 x 112 with the overlap 444-446, 488-497,
-#: 510).
-MEASURED_TILES_BAND: dict[int, MeasuredTiles] = {
-    64: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, True),
-}
-
-
-def band_plain(spec: AttentionSpec) -> bool:
-    """A band mask (none, causal, a sliding window) and no score mod: beside S the consumers keep two integers a row
-    for the mask and nothing per element."""
-    return variant_of(spec).mask.band is not None and spec.score_mod is None
-
-
-def measured_tiles(spec: AttentionSpec) -> MeasuredTiles | None:
-    """The measured configuration of the spec's head dim (MEASURED_TILES_BAND first where band_plain())."""
-    if band_plain(spec) and spec.head_dim in MEASURED_TILES_BAND:
-        return MEASURED_TILES_BAND[spec.head_dim]
-    return MEASURED_TILES.get(spec.head_dim)
-
-
-def measured_table(spec: AttentionSpec) -> str:
-    """The name of the table measured_tiles(spec) comes from."""
-    special = band_plain(spec) and spec.head_dim in MEASURED_TILES_BAND
-    return "MEASURED_TILES_BAND" if special else "MEASURED_TILES"
-
-
-def auto_pipeline(spec: AttentionSpec) -> PipelineKind:
-    """What `pipeline: auto` picks on sm90 for a head dim the Hopper pipelines serve."""
-    measured = measured_tiles(spec)
-    return measured.pipeline if measured else PipelineKind.pingpong
-
-
-def measured_preference(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> int:
-    """The ranking's first key: 0 for the spec's measured configuration (measured_tiles), 1 for the head dim's
-    general one where the band table names another (what a build takes if the band one spills), else 2."""
-    want = measured_tiles(spec)
-    if want is None:
-        return 0
-    got = (tiling.consumer_warpgroups, tiling.block_n, tiling.stages, tiling.intra_wg_overlap)
-    ranked = [want, MEASURED_TILES.get(spec.head_dim, want)]
-    keys = [(m.consumer_warpgroups, m.block_n, m.stages, m.overlap) for m in ranked]
-    return keys.index(got) if got in keys else 2
 
 
 def supports(spec: AttentionSpec, arch: Arch) -> str | None:
@@ -377,7 +306,8 @@ class Sm90Forward(ForwardFamily):
         if kind is not auto_pipeline(spec):
             return f"{kind.value}, the one of its pipelines whose search space holds the tiles"
         if measured_tiles(spec) is not None:
-            return f"{kind.value}, the measured pipeline of hd{spec.head_dim} (sm90_fwd.{measured_table(spec)})"
+            table = measured_table(spec)
+            return f"{kind.value}, the measured pipeline of hd{spec.head_dim} (sm90_fwd_measured.{table})"
         return f"{kind.value}, its default where no measurement names one"
 
     # ---- planning ------------------------------------------------------------------------------
@@ -401,7 +331,7 @@ class Sm90Forward(ForwardFamily):
         assert best.cost is not None
         cost = best.cost
         name = measured_table(spec) if rank == 0 else "MEASURED_TILES"
-        table = (f"the measured tiles of hd{spec.head_dim} (sm90_fwd.{name}: "
+        table = (f"the measured tiles of hd{spec.head_dim} (sm90_fwd_measured.{name}: "
                  f"{self.describe(best.tiling)}; an H100 sweep measured them fastest)")
         model_pick = min(fitting, key=lambda c: (rank_time(c), c.smem_bytes, c.regs_estimate))
         if rank_time(model_pick) < rank_time(best):
