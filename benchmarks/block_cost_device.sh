@@ -5,9 +5,7 @@
 # for the call: 64 MiB travel at most).
 #   bash benchmarks/block_cost_device.sh      (writes $OUT/block_cost/kernel_times_{fwd,bwd}.txt)
 . benchmarks/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+fa4_peer || exit 1
 dir=$OUT/block_cost
 mkdir -p "$dir"
 SECONDS=0

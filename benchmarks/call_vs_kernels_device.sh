@@ -4,9 +4,7 @@
 # and benchmarks/results/ out of the working tree for the call, as for peer_device.sh).
 #   bash benchmarks/call_vs_kernels_device.sh     (writes $OUT/call_vs_kernels.tgz)
 . benchmarks/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+fa4_peer || exit 1
 dir=$OUT/call_vs_kernels
 mkdir -p "$dir"
 SECONDS=0

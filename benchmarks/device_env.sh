@@ -8,6 +8,12 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
+# fa4_peer: FlashAttention-4 (flash_attn.cute, from the carried .fa4whl) installed into /tmp/site and importable.
+fa4_peer() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
+    || return 1
+  export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+}
 export PYTHONUNBUFFERED=1 ATTNGEN_CACHE_DIR=${ATTNGEN_CACHE_DIR:-/tmp/attngen-cache}
 
 # gpu_tests LIMIT_S LOG TEST_FILE...: the GPU tier of the test files under a time limit (a hang shows as the

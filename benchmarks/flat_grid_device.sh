@@ -5,9 +5,7 @@
 #   rm -rf ab_main && mkdir ab_main && git archive main attngen templates | tar -x -C ab_main
 #   bash benchmarks/flat_grid_device.sh     (writes $OUT/tests.txt, $OUT/profile_main.txt, $OUT/profile_flat.txt)
 . benchmarks/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+fa4_peer || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 SECONDS=0
 if [ "${TESTS:-1}" = 1 ]; then

@@ -9,9 +9,7 @@
 . benchmarks/device_env.sh
 [ -n "$NCU_TREE" ] && export PYTHONPATH=/tmp/site:$PWD/$NCU_TREE
 if [[ "${NCU_IMPLS:-fa4}" == *fa4* ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
-    || exit 1
-  export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+  fa4_peer || exit 1
 fi
 tag=ncu_peer_${1:-base}
 dir=$OUT/$tag

@@ -6,9 +6,7 @@
 #   bash benchmarks/peer_device.sh        (writes $OUT/peers.tgz: fwd/, bwd/, varlen/, decode/ and their logs)
 # Each suite checks every output against a float64 reference before timing it; --budget-s bounds each suite.
 . benchmarks/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+fa4_peer || exit 1
 python3 -c "import flash_attn.cute" || echo "FA4 does not import: the suites run without it"
 SECONDS=0
 seqlens=${PEER_SEQLENS:-2k,8k,16k}

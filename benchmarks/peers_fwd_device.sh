@@ -5,9 +5,7 @@
 # and benchmarks/results/ out of the working tree for the call: 64 MiB travel at most).
 #   TREES=ab_main bash benchmarks/peers_fwd_device.sh      (writes $OUT/peers_fwd.tgz)
 . benchmarks/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+fa4_peer || exit 1
 dir=$OUT/peers_fwd
 mkdir -p "$dir"
 SECONDS=0

@@ -3,8 +3,6 @@
 # .whl and .fa4whl carried (move generated/ and benchmarks/results/ out of the tree for the call).
 #   bash benchmarks/varlen_profile_device.sh    (writes $OUT/profile.txt)
 . benchmarks/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa4whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+fa4_peer || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 python3 benchmarks/varlen_profile.py --rounds "${ROUNDS:-1}" 2>&1 | tee "$OUT/profile.txt" | grep -v "^      "

@@ -12,30 +12,16 @@ from attngen.families import sm90_bwd
 from attngen.planning.planner_bwd import backward_family, plan_bwd
 from attngen.spec.model import Arch, AttentionSpec
 from attngen.toolchain import builder as build
-from attngen.toolchain.sass import disassemble
+from attngen.toolchain.sass import disassemble, kernel_opcodes
 
 SPEC = AttentionSpec(name="dep", head_dim=128, dtype="bf16", mask="causal")
 WAIT, TRIGGER = "ACQBULK", "PREEXIT"   # griddepcontrol.wait, griddepcontrol.launch_dependents
 
 
-def _functions(sass: str) -> dict[str, list[str]]:
-    """Each kernel's opcodes in program order, by the entry's suffix (preprocess, dkdv_wgmma, dq_convert)."""
-    out: dict[str, list[str]] = {}
-    ops: list[str] = []
-    for line in sass.splitlines():
-        if "Function :" in line:
-            ops = out.setdefault(line.split("_multistage_")[-1].strip(), [])
-        elif "*/" in line and line.lstrip().startswith("/*"):
-            words = line.split("*/", 1)[1].split(";")[0].split()
-            if words:
-                ops.append((words[1] if words[0].startswith("@") else words[0]).split(".")[0])
-    return out
-
-
 def _kernels(spec: AttentionSpec) -> dict[str, list[str]]:
     cubin = build.build_bwd(spec, "sm90")
     assert not any(r.spill_stores or r.wgmma_serialized for r in cubin.resources)
-    return _functions(disassemble(cubin.data))
+    return {name.split("_multistage_")[-1]: ops for name, ops in kernel_opcodes(disassemble(cubin.data)).items()}
 
 
 def test_each_kernel_waits_and_the_producer_waits_after_its_first_loads(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,6 +43,7 @@ MEASURED_TILES: dict[int, MeasuredTiles] = {
 MEASURED_TILES_BAND: dict[int, MeasuredTiles] = {
     64: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, True),
 }
+_TABLES = {"MEASURED_TILES": MEASURED_TILES, "MEASURED_TILES_BAND": MEASURED_TILES_BAND}
 
 
 def band_plain(spec: AttentionSpec) -> bool:
@@ -51,17 +52,15 @@ def band_plain(spec: AttentionSpec) -> bool:
     return variant_of(spec).mask.band is not None and spec.score_mod is None
 
 
-def measured_tiles(spec: AttentionSpec) -> MeasuredTiles | None:
-    """The measured configuration of the spec's head dim (MEASURED_TILES_BAND first where band_plain())."""
-    if band_plain(spec) and spec.head_dim in MEASURED_TILES_BAND:
-        return MEASURED_TILES_BAND[spec.head_dim]
-    return MEASURED_TILES.get(spec.head_dim)
-
-
 def measured_table(spec: AttentionSpec) -> str:
-    """The name of the table measured_tiles(spec) comes from."""
-    special = band_plain(spec) and spec.head_dim in MEASURED_TILES_BAND
-    return "MEASURED_TILES_BAND" if special else "MEASURED_TILES"
+    """The name of the table the spec's measured configuration comes from (MEASURED_TILES_BAND first where
+    band_plain())."""
+    return "MEASURED_TILES_BAND" if band_plain(spec) and spec.head_dim in MEASURED_TILES_BAND else "MEASURED_TILES"
+
+
+def measured_tiles(spec: AttentionSpec) -> MeasuredTiles | None:
+    """The measured configuration of the spec's head dim, from measured_table(spec)."""
+    return _TABLES[measured_table(spec)].get(spec.head_dim)
 
 
 def auto_pipeline(spec: AttentionSpec) -> PipelineKind:

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import AttngenError
 
 _OPCODE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)", re.MULTILINE)
+_FUNCTION = re.compile(r"^\s*Function : (\S+)", re.MULTILINE)
 
 
 def _tool(name: str) -> str:
@@ -47,3 +48,11 @@ def disassemble(cubin: bytes) -> str:
 def opcodes(sass: str) -> Counter[str]:
     """Static count of each opcode (without modifiers: HMMA.16816.F32.BF16 counts as HMMA)."""
     return Counter(m.group(1) for m in _OPCODE.finditer(sass))
+
+
+def kernel_opcodes(sass: str) -> dict[str, list[str]]:
+    """Each kernel's opcodes (without modifiers) in program order, by the kernel's name."""
+    heads = list(_FUNCTION.finditer(sass))
+    ends = [h.start() for h in heads[1:]] + [len(sass)]
+    return {h.group(1): [m.group(1) for m in _OPCODE.finditer(sass, h.end(), end)]
+            for h, end in zip(heads, ends, strict=True)}
