@@ -1,0 +1,96 @@
+"""attngen's and FlashAttention-4's backward kernels timed alternately (device machine): for each shape, REPS
+repetitions of [one attngen backward call, one FA4 backward call], each call under its own torch.profiler, its
+kernels' device times summed. The two implementations see the same clocks and temperatures within a repetition, so
+the ratio of their medians is steadier than two separate runs' (one round of a separate run moved ±5%). Shapes as
+`attngen bench --backward` (batch 16384 / seqlen, 2048 / head_dim heads). --forward times the forward call instead.
+
+    python3 benchmarks/bwd_interleaved.py [--head-dims 64,128] [--seqlens 2048,8192,16384] [--reps 10] [--forward]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import attngen
+from attngen.bench.backward import _impl
+from attngen.spec.model import AttentionSpec
+
+
+def kernels_us(step: Callable[[], None]) -> dict[str, float]:
+    """Device microseconds of each kernel one call of step launches."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    times: dict[str, float] = defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times[e.name[:60]] += e.device_time
+    return dict(times)
+
+
+def make_step(kind: str, head_dim: int, seqlen: int, causal: bool, forward: bool) -> Callable[[], None]:
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal" if causal else "none")
+    fwd = _impl(kind, attngen.compile(spec) if kind == "attngen" else None, causal)
+    batch, heads = max(1, 16384 // seqlen), 2048 // head_dim
+    q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=not forward) for _ in range(3))
+    if forward:
+        return lambda: fwd(q, k, v)
+    dout = torch.randn_like(q)
+    out = fwd(q, k, v)
+    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # type: ignore[return-value]
+
+
+def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, forward: bool) -> None:
+    steps = {kind: make_step(kind, head_dim, seqlen, causal, forward) for kind in kinds}
+    for step in steps.values():
+        for _ in range(3):
+            step()
+    samples: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    for _ in range(reps):
+        for kind, step in steps.items():
+            samples[kind].append(kernels_us(step))
+    flops = (1.0 if forward else 2.5) * 4 * 2048 * 16384 * seqlen * (0.5 if causal else 1.0)
+    tag = f"hd{head_dim} s{seqlen} {'causal' if causal else 'none'}"
+    med: dict[str, float] = {}
+    for kind, runs in samples.items():
+        totals = [sum(r.values()) for r in runs]
+        med[kind] = statistics.median(totals)
+        print(f"{tag} {kind}: median {med[kind]:.0f} us ({flops / med[kind] / 1e6:.0f} TFLOP/s), "
+              f"min {min(totals):.0f}, max {max(totals):.0f}")
+        names: dict[str, list[float]] = defaultdict(list)
+        for r in runs:
+            for name, us in r.items():
+                names[name].append(us)
+        for name, us in sorted(names.items(), key=lambda kv: -statistics.median(kv[1])):
+            print(f"      {statistics.median(us):8.1f} us  {name}")
+    if len(kinds) == 2:
+        a, b = kinds
+        ratios = [sum(y.values()) / sum(x.values()) for x, y in zip(samples[a], samples[b], strict=True)]
+        print(f"{tag}: {a} / {b} speed {med[b] / med[a]:.3f} (per repetition {min(ratios):.3f}-{max(ratios):.3f})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--seqlens", default="2048,8192,16384")
+    ap.add_argument("--kinds", default="attngen,fa4")
+    ap.add_argument("--masks", default="none,causal")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--forward", action="store_true")
+    args = ap.parse_args()
+    for d in map(int, args.head_dims.split(",")):
+        for s in map(int, args.seqlens.split(",")):
+            for mask in args.masks.split(","):
+                one(d, s, mask == "causal", args.kinds.split(","), args.reps, args.forward)
+
+
+if __name__ == "__main__":
+    main()
