@@ -1,13 +1,14 @@
 """Where the sm90 backward's dK/dV kernel spends its time, block by block (device machine): a copy of the templates
-whose dK/dV kernel records, for each block, its start and end (%globaltimer), its SM and its query steps into a
-`__device__` array read back after the call. From those: the kernel's span, each SM's busy and idle time (the tail
-and the gaps between blocks), and a fit of a block's time against its steps (fixed cost + per-step cost) for causal
-and unmasked calls, so the causal backward's loss can be placed: per step, per block, or in the schedule.
+whose dK/dV kernel records, for each block, its start and end (%globaltimer), when its K and V landed, when its last
+step was done, its SM and its query steps into a `__device__` array read back after the call. From those: the
+kernel's span, each SM's busy and idle time (the tail and the gaps between blocks), a block's wait for K and V, its
+loop and its epilogue, and a fit of a block's time against its steps (fixed cost + per-step cost) for causal and
+unmasked calls, so the causal backward's loss can be placed: per step, per block, or in the schedule.
 
     python3 benchmarks/block_trace.py --patch /tmp/trace_tpl          (copies and patches templates/; CPU is fine)
     ATTNGEN_TEMPLATES=/tmp/trace_tpl python3 benchmarks/block_trace.py --seqlens 2048,8192,16384 --out DIR
 
-Shapes as `attngen bench --backward` (batch 16384 / seqlen, 2048 / head_dim heads). The recording adds two global
+Shapes as `attngen bench --backward` (batch 16384 / seqlen, 2048 / head_dim heads). The recording adds five global
 stores a block; compare the traced span with the untraced kernel time the script also prints.
 """
 
@@ -18,7 +19,7 @@ import json
 import shutil
 from pathlib import Path
 
-TRACE_SLOTS = 4  # start ns, end ns, SM, query steps
+TRACE_SLOTS = 6  # start, end (ns), SM, query steps, K/V landed, last step done (ns)
 TRACE_BLOCKS = 1 << 16
 
 _DECL = (f'extern "C" {{ __device__ unsigned long long attngen_trace[{TRACE_SLOTS * TRACE_BLOCKS}]; }}\n'
@@ -26,13 +27,17 @@ _DECL = (f'extern "C" {{ __device__ unsigned long long attngen_trace[{TRACE_SLOT
          "  unsigned long long t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); return t; }\n"
          "__device__ __forceinline__ unsigned trace_block() {\n"
          "  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }\n")
-_START = ("  if (threadIdx.x == 128) ::attngen_trace[4 * ::trace_block()] = ::trace_clock();\n")
+_START = ("  if (threadIdx.x == 128) ::attngen_trace[6 * ::trace_block()] = ::trace_clock();\n")
+# In the consumers (hopper_bwd_rows.cuh.j2): when K and V have landed, and when the last step is done (before dK and dV
+# are written).
+_KV = ("  if (threadIdx.x == 128) ::attngen_trace[6 * ::trace_block() + 4] = ::trace_clock();\n")
+_LOOP = ("  if (threadIdx.x == 128) ::attngen_trace[6 * ::trace_block() + 5] = ::trace_clock();\n")
 _END = ("  if (threadIdx.x == 128) {\n"
         "    unsigned smid; asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
         "    const unsigned id = ::trace_block();\n"
-        "    ::attngen_trace[4 * id + 1] = ::trace_clock();\n"
-        "    ::attngen_trace[4 * id + 2] = smid;\n"
-        "    ::attngen_trace[4 * id + 3] = walk.range.n_max - walk.range.n_min;\n"
+        "    ::attngen_trace[6 * id + 1] = ::trace_clock();\n"
+        "    ::attngen_trace[6 * id + 2] = smid;\n"
+        "    ::attngen_trace[6 * id + 3] = walk.range.n_max - walk.range.n_min;\n"
         "  }\n")
 
 
@@ -54,6 +59,11 @@ def patch(dst: Path) -> None:
     assert text.count(entry) == 1 and text.count(call) == 1, "hopper_bwd.cuh.j2: the entry and the consumer call"
     text = text.replace(entry, entry + _START).replace(call, call + _END)
     body.write_text(text)
+    rows = dst / "common" / "hopper_bwd_rows.cuh.j2"
+    text = rows.read_text()
+    kv, epilogue = "  mbar_wait(bar_kv(base), 0);\n", "  if constexpr (kDkvStaged) {\n"
+    assert text.count(kv) == 1 and text.count(epilogue) == 1, "hopper_bwd_rows.cuh.j2: the K/V wait and the epilogue"
+    rows.write_text(text.replace(kv, kv + _KV).replace(epilogue, _LOOP + epilogue))
 
 
 def read_trace(fn: object, blocks: int):  # type: ignore[no-untyped-def]
@@ -71,9 +81,9 @@ def read_trace(fn: object, blocks: int):  # type: ignore[no-untyped-def]
 def summarize(rows, grid: tuple[int, int, int]) -> dict:  # type: ignore[no-untyped-def]
     import numpy as np
 
-    start, end, sm, steps = rows.T
+    start, end, sm, steps, kv, loop = rows.T
     t0 = start.min()
-    start, end = start - t0, end - t0
+    start, end, kv, loop = start - t0, end - t0, kv - t0, loop - t0
     span = int(end.max())
     dur = end - start
     a = np.vstack([np.ones_like(steps), steps]).T.astype(float)
@@ -90,6 +100,10 @@ def summarize(rows, grid: tuple[int, int, int]) -> dict:  # type: ignore[no-unty
         "tail_us_mean": float((span - last_end).mean()) / 1e3,
         "first_sm_done_us": first_idle / 1e3,
         "gap_us_mean": float((last_end - busy).mean()) / 1e3,
+        "kv_wait_us_median": float(np.median(kv - start)) / 1e3,
+        "epilogue_us_median": float(np.median(end - loop)) / 1e3,
+        "loop_per_step_us_median": float(np.median((loop - kv) / np.maximum(steps, 1))) / 1e3,
+        "fit_loop": [float(x) / 1e3 for x in np.linalg.lstsq(a, (loop - kv).astype(float), rcond=None)[0]],
         "step_us_by_decile": [float(np.median(dur[(steps >= lo) & (steps < hi)] / steps[(steps >= lo) & (steps < hi)]))
                               / 1e3 for lo, hi in _deciles(steps) if ((steps >= lo) & (steps < hi)).any()],
     }
@@ -137,7 +151,7 @@ def run(head_dim: int, seqlen: int, causal: bool, out: Path) -> None:
     name = f"hd{head_dim}_s{seqlen}_{'causal' if causal else 'none'}"
     import numpy as np
 
-    np.savetxt(out / f"{name}.csv.gz", rows, fmt="%d", delimiter=",", header="start_ns,end_ns,sm,steps")
+    np.savetxt(out / f"{name}.csv.gz", rows, fmt="%d", delimiter=",", header="start_ns,end_ns,sm,steps,kv_ns,loop_ns")
     (out / f"{name}.json").write_text(json.dumps(summary, indent=1))
     print(name, json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in summary.items()
                             if k != "step_us_by_decile"}))

@@ -5,14 +5,18 @@ the ratio of their medians is steadier than two separate runs' (one round of a s
 `attngen bench --backward` (batch 16384 / seqlen, 2048 / head_dim heads). --forward times the forward call instead.
 
     python3 benchmarks/bwd_interleaved.py [--head-dims 64,128] [--seqlens 2048,8192,16384] [--reps 10] [--forward]
+    python3 benchmarks/bwd_interleaved.py --kinds "attngen:sm90_bwd.P_EARLY_BLOCK_M=[],attngen"   (an A/B)
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
+import importlib
 import statistics
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -35,17 +39,42 @@ def kernels_us(step: Callable[[], None]) -> dict[str, float]:
     return dict(times)
 
 
+@contextlib.contextmanager
+def overrides(kind: str) -> Iterator[None]:
+    """A kind "attngen:sm90_bwd.P_EARLY_BLOCK_M=[]" builds attngen's kernels with those family constants (each value a
+    Python literal, converted to the constant's type), restored afterwards."""
+    _, _, spec = kind.partition(":")
+    saved = []
+    for item in filter(None, spec.split(";")):
+        name, _, value = item.partition("=")
+        module_name, _, attr = name.rpartition(".")
+        module = importlib.import_module(f"attngen.families.{module_name}")
+        old = getattr(module, attr)
+        saved.append((module, attr, old))
+        setattr(module, attr, type(old)(ast.literal_eval(value)))
+    try:
+        yield
+    finally:
+        for module, attr, old in saved:
+            setattr(module, attr, old)
+
+
 def make_step(kind: str, head_dim: int, seqlen: int, causal: bool, forward: bool) -> Callable[[], None]:
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal" if causal else "none")
-    fwd = _impl(kind, attngen.compile(spec) if kind == "attngen" else None, causal)
+    ours = kind.startswith("attngen")
     batch, heads = max(1, 16384 // seqlen), 2048 // head_dim
     q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16,
                            requires_grad=not forward) for _ in range(3))
-    if forward:
-        return lambda: fwd(q, k, v)
-    dout = torch.randn_like(q)
-    out = fwd(q, k, v)
-    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # type: ignore[return-value]
+    with overrides(kind if ours else ""):
+        fwd = _impl("attngen" if ours else kind, attngen.compile(spec) if ours else None, causal)
+        if forward:
+            step = lambda: fwd(q, k, v)  # noqa: E731
+        else:
+            dout = torch.randn_like(q)
+            out = fwd(q, k, v)
+            step = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
+        step()   # the kernels are built now, under the overrides
+    return step  # type: ignore[return-value]
 
 
 def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, forward: bool) -> None:
@@ -71,17 +100,18 @@ def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, f
                 names[name].append(us)
         for name, us in sorted(names.items(), key=lambda kv: -statistics.median(kv[1])):
             print(f"      {statistics.median(us):8.1f} us  {name}")
-    if len(kinds) == 2:
-        a, b = kinds
-        ratios = [sum(y.values()) / sum(x.values()) for x, y in zip(samples[a], samples[b], strict=True)]
-        print(f"{tag}: {a} / {b} speed {med[b] / med[a]:.3f} (per repetition {min(ratios):.3f}-{max(ratios):.3f})")
+    a = kinds[0]
+    for b in kinds[1:]:
+        ratios = [sum(x.values()) / sum(y.values()) for x, y in zip(samples[a], samples[b], strict=True)]
+        print(f"{tag}: {b} / {a} speed {med[a] / med[b]:.3f} (per repetition {min(ratios):.3f}-{max(ratios):.3f})")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,8192,16384")
-    ap.add_argument("--kinds", default="attngen,fa4")
+    ap.add_argument("--kinds", default="attngen,fa4", help="comma-separated; attngen:<module>.<CONST>=<literal>;... "
+                    "builds attngen with family constants overridden (an A/B in one process)")
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--forward", action="store_true")

@@ -1,10 +1,11 @@
 #!/bin/bash
-# attngen's and FlashAttention-4's kernels timed alternately (benchmarks/bwd_interleaved.py): the backward, then the
+# attngen's and FlashAttention-4's kernels timed alternately (benchmarks/bwd_interleaved.py; IL_KINDS: its --kinds, an A/B
+# of family constants beside FA4 for example): the backward, then the
 # forward, at IL_HEAD_DIMS x IL_SEQLENS, causal and not; optional block traces of the dK/dV kernel first (TRACE=1).
 # .whl and .fa4whl carried (move generated/ and benchmarks/results/ out of the working tree for the call).
 #   bash benchmarks/interleaved_device.sh [tag]     (writes $OUT/interleaved_<tag>.tgz)
 . benchmarks/device_env.sh
-fa4_peer || exit 1
+[[ "${IL_KINDS:-fa4}" == *fa4* ]] && { fa4_peer || exit 1; }
 tag=interleaved_${1:-base}
 dir=$OUT/$tag
 mkdir -p "$dir"
@@ -18,7 +19,7 @@ if [ -n "$TRACE" ]; then
   grep "^hd" "$dir/trace/summary.txt" | cut -c1-200
 fi
 timeout ${IL_BWD_LIMIT:-300} python3 benchmarks/bwd_interleaved.py --head-dims "${IL_HEAD_DIMS:-64,128}" \
-  --seqlens "${IL_SEQLENS:-2048,8192,16384}" --reps "${IL_REPS:-8}" > "$dir/bwd.txt" 2>&1
+  --seqlens "${IL_SEQLENS:-2048,8192,16384}" --reps "${IL_REPS:-8}" --kinds "${IL_KINDS:-attngen,fa4}" > "$dir/bwd.txt" 2>&1
 echo "backward rc $? after ${SECONDS}s"
 grep "speed" "$dir/bwd.txt"
 if [ -n "$IL_FORWARD" ]; then
