@@ -75,7 +75,7 @@ def read_trace(fn: object, blocks: int):  # type: ignore[no-untyped-def]
     host = np.zeros(size // 8, dtype=np.uint64)
     (err,) = driver.cuMemcpyDtoH(host.ctypes.data, ptr, size)
     assert int(err) == 0, err
-    return host[: TRACE_SLOTS * blocks].reshape(blocks, TRACE_SLOTS).astype(np.int64), (ptr, size)
+    return host[: TRACE_SLOTS * blocks].reshape(blocks, TRACE_SLOTS).astype(np.int64)
 
 
 def summarize(rows, grid: tuple[int, int, int]) -> dict:  # type: ignore[no-untyped-def]
@@ -121,31 +121,28 @@ def run(head_dim: int, seqlen: int, causal: bool, out: Path) -> None:
     import torch
 
     import attngen
-    from attngen.bench import measure
+    from attngen.bench.measure import kernel_times_us, make_inputs
+    from attngen.bench.model import Config
+    from attngen.families.sm90_bwd import BLOCK_N
     from attngen.spec.model import AttentionSpec
 
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal" if causal else "none")
     kernel = attngen.compile(spec)
-    batch, heads = max(1, 16384 // seqlen), 2048 // head_dim
-    q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
+    cfg = Config(head_dim, seqlen, causal)
+    q, k, v = (t.requires_grad_() for t in make_inputs(cfg, "bf16", 0))
     dout = torch.randn_like(q)
     o = kernel(q, k, v)
 
     def step() -> None:
         torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    times = measure.kernel_times_us(step, 10)
+    times = kernel_times_us(step, 10)
     dkdv_us = sum(us for name, us in times.items() if "dkdv" in name)
     fn = next(f for (_, entry), f in kernel.backward._loaded.items() if entry.endswith("_dkdv_wgmma"))
-    n_blocks = (seqlen + 127) // 128
-    grid = (n_blocks, heads, batch)
+    grid = ((seqlen + BLOCK_N - 1) // BLOCK_N, cfg.heads, cfg.batch)
     step()
     torch.cuda.synchronize()
-    rows, _ = read_trace(fn, n_blocks * heads * batch)
+    rows = read_trace(fn, grid[0] * grid[1] * grid[2])
     summary = summarize(rows, grid)
     summary.update(head_dim=head_dim, seqlen=seqlen, causal=causal, dkdv_kernel_us=dkdv_us)
     name = f"hd{head_dim}_s{seqlen}_{'causal' if causal else 'none'}"

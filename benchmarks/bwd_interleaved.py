@@ -19,24 +19,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import attngen
 from attngen.bench.backward import _impl
+from attngen.bench.measure import kernel_times_us, make_inputs
+from attngen.bench.model import BWD_OVER_FWD, Config
 from attngen.spec.model import AttentionSpec
-
-
-def kernels_us(step: Callable[[], None]) -> dict[str, float]:
-    """Device microseconds of each kernel one call of step launches."""
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    times: dict[str, float] = defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            times[e.name[:60]] += e.device_time
-    return dict(times)
 
 
 @contextlib.contextmanager
@@ -62,9 +50,7 @@ def overrides(kind: str) -> Iterator[None]:
 def make_step(kind: str, head_dim: int, seqlen: int, causal: bool, forward: bool) -> Callable[[], None]:
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal" if causal else "none")
     ours = kind.startswith("attngen")
-    batch, heads = max(1, 16384 // seqlen), 2048 // head_dim
-    q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16,
-                           requires_grad=not forward) for _ in range(3))
+    q, k, v = (t.requires_grad_(not forward) for t in make_inputs(Config(head_dim, seqlen, causal), "bf16", 0))
     with overrides(kind if ours else ""):
         fwd = _impl("attngen" if ours else kind, attngen.compile(spec) if ours else None, causal)
         if forward:
@@ -84,9 +70,9 @@ def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, f
             step()
     samples: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     for _ in range(reps):
-        for kind, step in steps.items():
-            samples[kind].append(kernels_us(step))
-    flops = (1.0 if forward else 2.5) * 4 * 2048 * 16384 * seqlen * (0.5 if causal else 1.0)
+        for kind, step in steps.items():   # one call each, under its own profiler
+            samples[kind].append(kernel_times_us(step, 1, 60, warmup=0))
+    flops = Config(head_dim, seqlen, causal).flops * (1.0 if forward else BWD_OVER_FWD)
     tag = f"hd{head_dim} s{seqlen} {'causal' if causal else 'none'}"
     med: dict[str, float] = {}
     for kind, runs in samples.items():

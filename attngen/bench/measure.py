@@ -126,15 +126,15 @@ def graph_ms(fn: Callable[[], Any]) -> float:
     return time_ms(graph.replay)
 
 
-def kernel_times_us(fn: Callable[[], Any], steps: int, name_chars: int = 70) -> dict[str, float]:
+def kernel_times_us(fn: Callable[[], Any], steps: int, name_chars: int = 70, warmup: int = 3) -> dict[str, float]:
     """Mean device microseconds per call of fn() of every kernel it launches (torch.profiler's CUDA activity over
-    `steps` calls after a warm-up), by kernel name cut to `name_chars` characters."""
+    `steps` calls after `warmup` calls), by kernel name cut to `name_chars` characters."""
     import collections
 
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    for _ in range(3):
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
