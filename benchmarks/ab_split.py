@@ -41,8 +41,7 @@ def main() -> int:
                 line, grads = [], []
                 for by_product in (True, False):
                     t = plan.dkdv_wgmma.model_copy(update={"split_by_product": by_product})
-                    kernel.backward.cubins[arch] = compile_cached(render(plan.model_copy(update={"dkdv_wgmma": t})))
-                    kernel.backward._loaded.clear()
+                    kernel.backward.replace(arch, compile_cached(render(plan.model_copy(update={"dkdv_wgmma": t}))))
                     grads.append(torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
                     ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))  # noqa: B023
                     line.append(f"{'product' if by_product else 'columns'} {flops / ms / 1e9:.0f}")

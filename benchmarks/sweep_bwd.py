@@ -91,8 +91,7 @@ def main() -> int:
                     print(f"hd{d} atomic dkdv {p.dkdv.block_n}x{p.dkdv.block_m} w{p.dkdv.num_warps} "
                           f"dc{p.dkdv.d_chunk}: skipped, spills {spills}", flush=True)
                     continue
-                kernel.backward.cubins[arch] = cubin
-                kernel.backward._loaded.clear()
+                kernel.backward.replace(arch, cubin)
                 grads = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
                 err = max(((g.float() - r.float()).norm() / r.float().norm()).item()
                           for g, r in zip(grads, ref_grads, strict=True))

@@ -165,27 +165,38 @@ def test_80_query_steps_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch,
         _check(spec, *_inputs(spec, shape, seed=700 + i))
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_atomic_dq_option_of_sm80_bwd_gives_the_same_gradients(head_dim: int) -> None:
-    """sm80_bwd's atomic dQ plan option (off by default: measured slower) stays correct."""
+@pytest.mark.parametrize(("mask", "head_dim", "dtype", "window"),
+                         [("causal", 64, "bf16", None), ("causal", 128, "bf16", None), ("none", 256, "bf16", None),
+                          ("sliding_window", 96, "bf16", (200, 100)), ("none", 128, "fp16", None),
+                          ("causal", 192, "fp16", None)])
+def test_atomic_dq_of_sm80_bwd_gives_the_same_gradients(mask: str, head_dim: int, dtype: str,
+                                                        window: tuple[int, int] | None) -> None:
+    """sm80_bwd's atomic dQ (the group-ordered accumulator, D and the LSE in padded rows, dq_convert) is exact at
+    lengths that are not whole steps or groups, with GQA, a query or key side shorter than a step and an LSE
+    gradient."""
     from attngen.codegen.renderer import render
     from attngen.families.sm80_bwd import Sm80Backward
     from attngen.planning.archs import arch_info
     from attngen.toolchain.cache import compile_cached
 
-    spec = AttentionSpec(name=f"atomic{head_dim}", head_dim=head_dim, dtype="bf16", mask="causal")
+    extra = {"window": window} if window else {}
+    spec = AttentionSpec(name=f"atomic_{mask}{head_dim}_{dtype}", head_dim=head_dim, dtype=dtype, mask=mask, **extra)
     arch = attngen.runtime.kernel.current_arch()
     plan = Sm80Backward().plan(spec, arch_info(arch), atomic_dq=True)
-    assert plan.dq_atomic
+    assert plan.dq_atomic and plan.entry_names[-1].endswith("_dq_convert")
     kernel = attngen.compile(spec)
-    kernel.backward.cubins[arch] = compile_cached(render(plan))
-    for i, shape in enumerate([(1, 17, 17, 8, 1), (1, 1000, 129, 2, 1), (1, 257, 1000, 4, 2)]):
+    kernel.backward.replace(arch, compile_cached(render(plan)))
+    for i, shape in enumerate([(1, 17, 17, 8, 1), (2, 1000, 129, 2, 1), (1, 257, 1000, 4, 2), (1, 1, 300, 4, 4),
+                               (1, 1100, 1100, 2, 2)]):
         q, k, v, dout = _inputs(spec, shape, seed=500 + i)
-        got, want = _grads(kernel, q, k, v, dout), _reference_grads(spec, q, k, v, dout)
+        dlse = torch.randn(q.shape[0], q.shape[2], q.shape[1], device="cuda") if i == 2 else None
+        got, want = _grads(kernel, q, k, v, dout, dlse), _reference_grads(spec, q, k, v, dout, dlse)
         for name, g, r in zip(("dq", "dk", "dv"), got, want, strict=True):
+            assert g.isfinite().all(), f"{spec.name} {tuple(q.shape)}: {name} not finite"
             err = relative_error(g, r)
             print(f"bwd atomic {spec.name} q{tuple(q.shape)}: {name} rel err {err:.2e}")
             assert err < GRAD_TOLERANCE[spec.dtype], f"{spec.name} {tuple(q.shape)}: {name} {err:.2e}"
+    assert kernel.backward.cubin(arch).source.plan.dq_atomic and len(kernel.backward.ready) == 5  # what ran
 
 
 @pytest.mark.parametrize(("mask", "head_dim", "window"), [("causal", 128, None), ("none", 64, None),

@@ -47,6 +47,8 @@ BWD_STAGES = 2
 BWD_REG_OVERHEAD = 64
 #: dQ columns each warp of the dK/dV kernel accumulates with atomics: at most 16 registers.
 MAX_ATOMIC_DQ_COLS = 32
+#: Threads of an atomic plan's dq_convert block (kConvertThreads in bwd_kernels.cuh.j2).
+DQ_CONVERT_THREADS = 128
 #: Why atomic dQ is off, as explain says it.
 ATOMIC_DQ_OFF = ("atomic dQ (dK/dV kernel adds dQ with fp32 atomics) is a plan option, off: measured "
                  "0.57-0.67x FlashAttention-2 on the H100 against 0.59-0.75x for the atomic-free kernels")
@@ -266,16 +268,20 @@ class Sm80Backward(BackwardFamily):
 
         chunks = swizzle_chunks(plan.spec.head_dim, dtype_trait(plan.spec.dtype).size)
         fields = params_with_variant(BWD_PARAMS, plan.spec)
+        # Atomic dQ: D and the LSE padded per entry to the query step (the dK/dV kernel copies a step's rows
+        # whole), and the group-ordered accumulator beside them, zeroed by the preprocess.
+        atomic = plan.dq_atomic
         return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": fields,
-                "params_layout": layout(fields), "swizzle_chunks": chunks, "pad_rows": 0,
-                "zero_dq_accum": False, "dependent_launch": False}
+                "params_layout": layout(fields), "swizzle_chunks": chunks,
+                "pad_rows": plan.dkdv.block_m if atomic else 0, "zero_dq_accum": atomic, "dependent_launch": False,
+                "convert_threads": DQ_CONVERT_THREADS, "convert_rows": convert_rows(plan.dkdv.block_m)}
 
     def prepare(self, plan: BwdPlan, function: LoadFunction, call: Any) -> ReadySm80Backward:
         from ..runtime import backward as rt
         from ..runtime.driver import PreparedLaunch
 
         seqs = call.seqs
-        b = rt.buffers(call.q, call.k, call.v, accumulate=plan.dq_atomic, dlse=call.dlse)
+        b = _buffers(plan, call)
         pre, dkdv, dq = plan.entry_names
         head_dim, kv_heads = call.q.shape[3], call.k.shape[2]
         a, t = plan.dkdv, plan.dq
@@ -283,7 +289,10 @@ class Sm80Backward(BackwardFamily):
         if seqs.seqlen_k:
             grid = (-(-seqs.seqlen_k // a.block_n) * (head_dim // a.d_chunk), kv_heads, seqs.batch)
             dkdv_launch = PreparedLaunch(function(dkdv, a.smem_bytes), grid, a.num_warps * 32)
-        if not plan.dq_atomic and seqs.seqlen_q:
+        if plan.dq_atomic and seqs.seqlen_q:
+            # One block per (convert_rows query rows, head, entry) of the group-ordered accumulator.
+            dq_launch = PreparedLaunch(function(dq, 0), seqs.grid(convert_rows(a.block_m)), DQ_CONVERT_THREADS)
+        elif seqs.seqlen_q:
             grid = (-(-seqs.seqlen_q // t.block_m) * (head_dim // t.d_chunk), seqs.heads, seqs.batch)
             dq_launch = PreparedLaunch(function(dq, t.smem_bytes), grid, t.num_warps * 32)
         params = rt.param_template(with_variant(BWD_PARAMS, call.args.fields), b, call)
@@ -306,10 +315,27 @@ class ReadySm80Backward:
     def run(self, call: Any, stream: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         from ..runtime import backward as rt
 
-        b = rt.buffers(call.q, call.k, call.v, accumulate=self.plan.dq_atomic, dlse=call.dlse)
+        b = _buffers(self.plan, call)
         params = self.params.make(lambda p: rt.call_fields(p, b, call))
         self.preprocess(params, stream, call.seqs)
         for launch in (self.dkdv, self.dq):
             if launch is not None:
                 launch(stream, params)
-        return rt.finish(b, call.seqs.seqlen_k, call.softmax_scale)
+        return rt.finish(b, call.seqs.seqlen_k, call.softmax_scale, converted=self.plan.dq_atomic)
+
+
+def convert_rows(block_m: int) -> int:
+    """Query rows per block of the atomic plan's dq_convert: whole 16-row groups dividing the query step, at most
+    64 (its shared tile of rows x (head_dim + 8) 16-bit values stays under 48 KB at hd256)."""
+    return min(block_m, 64)
+
+
+def _buffers(plan: BwdPlan, call: Any) -> Any:
+    """The call's buffers: with atomic dQ, D and the LSE padded per entry to the query step and the group-ordered
+    accumulator beside them (the preprocess zeroes its rows); else D in the LSE's layout."""
+    from ..runtime import backward as rt
+
+    if not plan.dq_atomic:
+        return rt.buffers(call.q, call.k, call.v, accumulate=False, dlse=call.dlse)
+    return rt.buffers(call.q, call.k, call.v, accumulate=True, entries=call.seqs.batch, pad_rows=plan.dkdv.block_m,
+                      dlse=call.dlse, tiled_dq=True, zeroed=False)

@@ -348,7 +348,7 @@ class BwdPlan(_Frozen):
     arch: Arch
     #: The kernel family that planned it and renders and launches it (attngen.families.get(family)).
     family: str
-    #: attn_bwd_<mask>_hd<d>_<dtype>_<arch>_<pipeline>; entry points append _preprocess, _dkdv, _dq.
+    #: attn_bwd_<mask>_hd<d>_<dtype>_<arch>_<pipeline>; entry points append _preprocess, _dkdv, _dq (or _dq_convert).
     kernel_name: str
     dkdv: DkdvTiling
     dq: DqTiling
@@ -363,7 +363,9 @@ class BwdPlan(_Frozen):
 
     @property
     def entry_names(self) -> tuple[str, ...]:
-        return tuple(f"{self.kernel_name}_{k}" for k in ("preprocess", "dkdv", "dq"))
+        """The preprocess, the dK/dV kernel, then the dQ kernel or (dq_atomic) the kernel converting the accumulator."""
+        last = "dq_convert" if self.dq_atomic else "dq"
+        return tuple(f"{self.kernel_name}_{k}" for k in ("preprocess", "dkdv", last))
 
     def summary(self) -> dict[str, object]:
         return {"kernel_name": self.kernel_name, "arch": self.arch.value, "family": self.family,

@@ -89,6 +89,14 @@ class BackwardKernels(LazyKernels):
         dsinks = sinks_grad(sinks, dout, out, lse, dlse) if sinks is not None else _no_sinks(q)
         return dq, dk, dv, dsinks
 
+    def replace(self, arch: Arch, cubin: Cubin) -> None:
+        """Run `cubin` (another plan of this spec, for sweeps and tests) on `arch` from the next call on: the loaded
+        functions and the ready launches of the previous one are dropped."""
+        with self._lock:
+            self.cubins[arch] = cubin
+            self._loaded.clear()
+        self.ready.clear()
+
     def _prepare(self, call: BwdCall) -> Any:
         """The ready launch of calls like `call`: its family's (ReadyBackward)."""
         from ..planning.planner_bwd import backward_family

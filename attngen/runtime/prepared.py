@@ -89,6 +89,11 @@ class ReadyCache(Generic[Ready]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clear(self) -> None:
+        """Forget every ready call (the kernel's cubin was replaced)."""
+        with self._lock:
+            self._entries.clear()
+
 
 class ParamTemplate:
     """A parameter block's bytes with every field that depends only on a call's geometry written; `make` copies
