@@ -27,7 +27,7 @@ from attngen.toolchain.cache import compile_cached
 def variants(spec: AttentionSpec, arch, limit: int):  # type: ignore[no-untyped-def]
     """sm80_bwd plans for the cheapest `limit` dK/dV tilings, each with the planner's dQ tiling."""
     info = arch_info(arch)
-    base = sm80_bwd.Sm80Backward().plan(spec, info)
+    base = sm80_bwd.Sm80Backward().plan(spec, info, atomic_dq=False)
     tiles = sorted(sm80_bwd.dkdv_candidates(spec, info, [], False),
                    key=lambda t: sm80_bwd.dkdv_cost(spec, info, t, False))
     dqs = sorted(sm80_bwd.dq_candidates(spec, info, []), key=lambda t: sm80_bwd.dq_cost(spec, info, t))
@@ -48,6 +48,7 @@ def atomic_variants(spec: AttentionSpec, arch, limit: int):  # type: ignore[no-u
     base = sm80_bwd.Sm80Backward().plan(spec, info, atomic_dq=True).model_copy(update={"dq_atomic": True})
     tiles = sm80_bwd.dkdv_candidates(spec, info, [], True, ATOMIC_MAX_COLS, check_registers=False)
     tiles.sort(key=lambda t: sm80_bwd.dkdv_cost(spec, info, t, True))
+    tiles = [base.dkdv] + [t for t in tiles if t != base.dkdv]   # the planner's own first
     return [base.model_copy(update={"dkdv": t}) for t in tiles[:limit]]
 
 

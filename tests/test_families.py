@@ -164,7 +164,7 @@ def test_backward_families_are_registered_fastest_path_first() -> None:
         assert families.get(family.name) is family
         cover = family.coverage()
         assert cover.archs and cover.head_dims and cover.dtypes and cover.masks and cover.notes
-    assert families.get("sm80_bwd").path == "mma.sync + cp.async, atomic-free"
+    assert families.get("sm80_bwd").path == "mma.sync + cp.async, dQ by fp32 atomics (atomic-free when deterministic)"
     assert families.get("sm90_bwd").path.startswith("TMA + wgmma, dQ by bulk reductions into a tile-ordered")
     assert families.get("sm90_bwd").coverage().archs == ("sm90",)
     assert families.get("sm90_bwd").coverage().head_dims == (64, 128, 192, 256)
@@ -222,8 +222,12 @@ def test_each_backward_family_renders_only_the_kernels_it_launches() -> None:
     assert [e.rsplit("multistage_", 1)[1] for e in red.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
     ordered = render(plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm90))
     assert [e.rsplit("multistage_", 1)[1] for e in ordered.entry_names] == ["preprocess", "dkdv_wgmma"]
-    assert [e.rsplit("multistage_", 1)[1] for e in mma.entry_names] == ["preprocess", "dkdv", "dq"]
-    for src in (wgmma, red, ordered, mma):  # every entry point is defined, and no other
+    # sm80_bwd: atomic dQ into the group-ordered accumulator, then dq_convert; deterministic: the dQ kernel
+    assert [e.rsplit("multistage_", 1)[1] for e in mma.entry_names] == ["preprocess", "dkdv", "dq_convert"]
+    mma_det = render(plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm80))
+    assert [e.rsplit("multistage_", 1)[1] for e in mma_det.entry_names] == ["preprocess", "dkdv", "dq"]
+    assert "attngen::bwd_dq(" not in mma.code and "attngen::dq_convert(" not in mma_det.code
+    for src in (wgmma, red, ordered, mma, mma_det):  # every entry point is defined, and no other
         defined = [line.split("(")[0] for line in src.code.splitlines() if line.startswith("attn_bwd_")]
         assert defined == list(src.entry_names)
     assert "wgmma" not in mma.code
@@ -266,4 +270,4 @@ def test_explain_names_the_backward_family_and_why_not_the_other(monkeypatch: py
     assert data["families"]["sm80_bwd"] == "serves the spec, but sm90_bwd comes before it in FAMILIES' order"
     text = runner.invoke(app, ["explain", spec, "--arch", "sm80"]).stdout
     assert "backward: family sm80_bwd" in text and "backward family sm90_bwd: sm80 has no wgmma" in text
-    assert "atomic dQ (dK/dV kernel adds dQ with fp32 atomics) is a plan option, off" in " ".join(text.split())
+    assert "dQ by fp32 atomics (5 GEMMs per tile pair against the atomic-free kernels' 7)" in " ".join(text.split())

@@ -147,7 +147,7 @@ def test_variant_forward_and_gradients(spec: AttentionSpec, pipeline: str) -> No
     for i, shape in enumerate(SHAPES):
         q, k, v, dout, args = _inputs(chosen, shape, seed=100 + i)
         _check_forward(chosen, q, k, v, args)
-        if pipeline == "auto":
+        if pipeline != "warp_specialized":   # multistage's backward is sm80_bwd's on every arch (atomic dQ)
             _check_backward(chosen, q, k, v, dout, args)
 
 

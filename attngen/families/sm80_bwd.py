@@ -1,16 +1,19 @@
-"""The mma.sync backward (every arch): a preprocess, a dK/dV and a dQ kernel, without atomics.
+"""The mma.sync backward (every arch): a preprocess, a dK/dV kernel that adds dQ with fp32 atomics, and dq_convert;
+for deterministic specs a dQ kernel of its own instead of the atomics.
 
 The backward holds more tiles at once than the forward (K and V resident with streaming Q and dO, four
 GEMMs per step), so it has its own budget. dK and dV accumulate in registers; when they do not fit
 beside the scores, a block owns only a slice of the head dim (d_chunk) and blocks of other slices
-recompute S and dP: the cost model charges that recomputation. Every gradient is owned by one block and
-summed in a fixed order, so the gradients are bitwise reproducible. Its template is attn_bwd.cu.j2, its
-parameter block abi.BWD_PARAMS.
+recompute S and dP: the cost model charges that recomputation. Its template is attn_bwd.cu.j2, its parameter block
+abi.BWD_PARAMS.
 
-Atomic dQ (FlashAttention-2's order: the dK/dV kernel adds dQ with fp32 atomics, no dQ kernel) is a
-plan option (`plan(..., atomic_dq=True)`), off: on the H100 it measured 0.57-0.67x FlashAttention-2
-against 0.59-0.75x for the atomic-free kernels (benchmarks/results/h100/bwd/bwd_atomic_dq.json,
-NOTES.md), though it passes the whole GPU backward suite. On again once its dK/dV tiles are larger.
+dQ (FlashAttention-2's order, 5 GEMMs per tile pair): the dK/dV kernel stages dS^T in shared memory and adds
+dS K with fp32 atomics into a group-ordered accumulator (each warp's reduction instruction covers 128 contiguous
+bytes; row-major two-float adds touched twice the L2 sectors and bound the kernel), which dq_convert scales into
+dQ. D and the LSE come from row buffers padded per entry to the query step, copied by cp.async. A deterministic
+spec takes the atomic-free kernels instead (7 GEMMs per tile pair, every gradient summed in a fixed order, bitwise
+reproducible). Measured on the H100 at 8k (results/h100/sm80_atomic_2): the atomic plans 1.14-1.26x the
+atomic-free ones at hd64/128, 0.79-0.85x FlashAttention-2.
 """
 
 from __future__ import annotations
@@ -49,9 +52,9 @@ BWD_REG_OVERHEAD = 64
 MAX_ATOMIC_DQ_COLS = 32
 #: Threads of an atomic plan's dq_convert block (kConvertThreads in bwd_kernels.cuh.j2).
 DQ_CONVERT_THREADS = 128
-#: Why atomic dQ is off, as explain says it.
-ATOMIC_DQ_OFF = ("atomic dQ (dK/dV kernel adds dQ with fp32 atomics) is a plan option, off: measured "
-                 "0.57-0.67x FlashAttention-2 on the H100 against 0.59-0.75x for the atomic-free kernels")
+#: Why dQ is added with atomics unless the spec is deterministic, as explain says it.
+ATOMIC_DQ_WHY = ("dQ by fp32 atomics (5 GEMMs per tile pair against the atomic-free kernels' 7): measured 1.14-1.26x "
+                 "the atomic-free kernels on the H100 at hd64/128 (deterministic specs take those)")
 
 
 def d_chunks(spec: AttentionSpec) -> list[int]:
@@ -208,7 +211,7 @@ def dq_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str]) -> l
 
 class Sm80Backward(BackwardFamily):
     name = "sm80_bwd"
-    path = "mma.sync + cp.async, atomic-free"
+    path = "mma.sync + cp.async, dQ by fp32 atomics (atomic-free when deterministic)"
     template = "attn_bwd.cu.j2"
 
     def coverage(self) -> Coverage:
@@ -224,9 +227,9 @@ class Sm80Backward(BackwardFamily):
 
     # ---- planning ------------------------------------------------------------------------------
     def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None, *,
-             atomic_dq: bool = False) -> BwdPlan:
-        """The dK/dV and dQ tiles of lowest predicted cost; `atomic_dq` (non-deterministic specs only)
-        lets the dK/dV kernel add dQ with atomics instead of the dQ kernel."""
+             atomic_dq: bool = True) -> BwdPlan:
+        """The dK/dV and dQ tiles of lowest predicted cost; the dK/dV kernel adds dQ with atomics unless the spec is
+        deterministic or `atomic_dq` is False (the atomic-free dQ kernel, for sweeps)."""
         arch = info.arch
         rejected: list[str] = []
         dq_atomic = atomic_dq and not spec.deterministic
@@ -250,12 +253,13 @@ class Sm80Backward(BackwardFamily):
 
     def explain_lines(self, plan: BwdPlan) -> list[str]:
         a, b = plan.dkdv, plan.dq
-        dq = ("dQ added by the dK/dV kernel with fp32 atomics" if plan.dq_atomic else
+        dq = ("dQ added by the dK/dV kernel with fp32 atomics, then dq_convert" if plan.dq_atomic else
               f"dQ {b.block_m} x {b.block_n}, {b.num_warps} warps, head-dim slice {b.d_chunk}, {b.smem_bytes} B, "
               f"~{b.regs_estimate} registers")
         return [f"dK/dV {a.block_n} KV rows x {a.block_m} query rows per step, {a.num_warps} warps, head-dim slice "
                 f"{a.d_chunk}, {a.smem_bytes} B, ~{a.regs_estimate} registers; {dq}",
-                ATOMIC_DQ_OFF if not plan.dq_atomic else "atomic dQ: asked for by the caller"]
+                ATOMIC_DQ_WHY if plan.dq_atomic else "dQ by the atomic-free kernel: the spec is deterministic, or "
+                                                      "atomic dQ was turned off by the caller"]
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: BwdPlan) -> str:
