@@ -48,6 +48,10 @@ BWD_STAGES = 2
 #: Registers beside the accumulators and score tiles (pointers, loop state, fragments, ldmatrix
 #: offsets); calibrated with -Xptxas=-v on sm_90a (benchmarks/NOTES.md).
 BWD_REG_OVERHEAD = 64
+#: Registers an atomic dK/dV kernel keeps for each runtime tensor of the variant (its address and the values a step
+#: reads): document_bf16_hd128's packed kernel at 128 x 32 (estimated at 248 without this term) took 255 and
+#: spilled 8 B on sm80.
+ATOMIC_TENSOR_ARG_REGS = 8
 #: dQ columns each warp of the dK/dV kernel accumulates with atomics: at most 16 registers.
 MAX_ATOMIC_DQ_COLS = 32
 #: Threads of an atomic plan's dq_convert block (kConvertThreads in bwd_kernels.cuh.j2).
@@ -98,11 +102,16 @@ def dq_smem(spec: AttentionSpec, block_m: int, block_n: int, stages: int) -> int
     return dq_layout(spec, block_m, block_n, stages).total_bytes
 
 
-def dkdv_registers(block_m: int, d_chunk: int, info: ArchInfo, dq_cols: int = 0) -> int:
+def dkdv_registers(block_m: int, d_chunk: int, info: ArchInfo, dq_cols: int = 0, tensor_args: int = 0) -> int:
     """dK + dV slices (16 x d_chunk fp32 each over 32 lanes), S^T and dP^T (16 x block_m each), and
-    with atomic dQ its 16 x dq_cols accumulator plus addresses."""
-    atomic = dq_cols // 2 + 8 if dq_cols else 0
+    with atomic dQ its 16 x dq_cols accumulator plus addresses, and the variant's runtime tensors (tensor_args)."""
+    atomic = dq_cols // 2 + 8 + ATOMIC_TENSOR_ARG_REGS * tensor_args if dq_cols else 0
     return d_chunk + block_m + BWD_REG_OVERHEAD + info.extra_registers + atomic
+
+
+def tensor_args(spec: AttentionSpec) -> int:
+    """The runtime tensors the spec's mask and score mod read (their pointers in the parameter block)."""
+    return sum(1 for f in params_with_variant(BWD_PARAMS, spec)[len(BWD_PARAMS):] if f.ctype.endswith("*"))
 
 
 def dq_registers(block_n: int, d_chunk: int, info: ArchInfo) -> int:
@@ -184,7 +193,7 @@ def dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str], dq
                             f"{max_dq_cols} columns per warp")
             continue
         layout = dkdv_layout(spec, bn, bm, BWD_STAGES, dq_atomic)
-        smem, regs = layout.total_bytes, dkdv_registers(bm, dc, info, dq_cols)
+        smem, regs = layout.total_bytes, dkdv_registers(bm, dc, info, dq_cols, tensor_args(spec))
         why = _check(info, spec, smem, regs if check_registers else 0, max(bn, bm), warps * 32)
         if why:
             rejected.append(f"dkdv {bn}x{bm} d_chunk {dc}: {why}")
