@@ -12,8 +12,8 @@ dS K with fp32 atomics into a group-ordered accumulator (each warp's reduction i
 bytes; row-major two-float adds touched twice the L2 sectors and bound the kernel), which dq_convert scales into
 dQ. D and the LSE come from row buffers padded per entry to the query step, copied by cp.async. A deterministic
 spec takes the atomic-free kernels instead (7 GEMMs per tile pair, every gradient summed in a fixed order, bitwise
-reproducible). Measured on the H100 at 8k (results/h100/sm80_atomic_2): the atomic plans 1.14-1.26x the
-atomic-free ones at hd64/128, 0.79-0.85x FlashAttention-2.
+reproducible). Measured on the H100 at 8k (results/h100/sm80_atomic): the atomic plans 1.14-1.27x the
+atomic-free ones at hd64/128, 0.79-0.87x FlashAttention-2.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..errors import PlanError
 from ..features.dtype import dtype_trait, with_backward
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
-from ..features.variant import params_with_variant
+from ..features.variant import params_with_variant, variant_of
 from ..planning import shared
 from ..planning.archs import ArchInfo
 from ..planning.ir import BwdCost, BwdPlan, DkdvTiling, DqTiling, SmemRegions
@@ -111,7 +111,7 @@ def dkdv_registers(block_m: int, d_chunk: int, info: ArchInfo, dq_cols: int = 0,
 
 def tensor_args(spec: AttentionSpec) -> int:
     """The runtime tensors the spec's mask and score mod read (their pointers in the parameter block)."""
-    return sum(1 for f in params_with_variant(BWD_PARAMS, spec)[len(BWD_PARAMS):] if f.ctype.endswith("*"))
+    return sum(1 for f in variant_of(spec).param_fields() if f.ctype.endswith("*"))
 
 
 def dq_registers(block_n: int, d_chunk: int, info: ArchInfo) -> int:
