@@ -162,3 +162,86 @@ def test_repeated_shapes_run_the_remembered_call_and_stay_checked(page: int) -> 
     assert shifted.data_ptr() % 16 == 8
     out, lse = kernel.with_kvcache(shifted, k_in, v_in, cache_seqlens=used, block_table=table, return_lse=True)
     _check(spec, q, kc, vc, used, out, lse, {})
+
+
+@pytest.mark.parametrize("config", [SPECS[0], SPECS[3]], ids=lambda c: c.get("name") or c["mask"])
+def test_split_merge_in_the_split_kernel_equals_the_combine_kernel(config: dict[str, Any],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split kernel's last block merging the splits (arrival counters) gives the combine kernel's bits, a
+    sink joining in both; eager calls of other shapes between them leave the counters at zero."""
+    from attngen.runtime import counters
+
+    spec = AttentionSpec(**config)
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    batch, heads, kv_heads, capacity = 3, 16, 2, 4096
+    kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+    q = torch.randn(batch, 3, heads, spec.head_dim, device="cuda", dtype=kc.dtype, generator=gen)
+    used = torch.tensor([1, 2900, capacity], dtype=torch.int32, device="cuda")
+    extra = {n: t.detach() for n, t in _runtime(spec, heads, gen).items()}
+    merged = []
+    for splits in (7, 3, 16, 7):   # the counters of one stream serve calls of every split count in turn
+        merged.append(kernel.with_kvcache(q, kc, vc, cache_seqlens=used, num_splits=splits, return_lse=True,
+                                          **extra))
+    _check(spec, q, kc, vc, used, *merged[0], extra)
+    assert all(torch.equal(a, b) for a, b in zip(merged[0], merged[3], strict=True))
+    none_left = counters.CounterPool(zeros=lambda n: None, capturing=lambda: True)
+    monkeypatch.setattr(counters, "pool", lambda index: none_left)
+    combined = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, num_splits=7, return_lse=True, **extra)
+    assert all(torch.equal(a, b) for a, b in zip(merged[0], combined, strict=True))
+
+
+def test_a_captured_decode_step_merges_right_on_every_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode step captured in a CUDA graph (its counters its own) replayed over fresh queries and caches gives
+    the reference each time: every replay leaves its counters at zero for the next. An eager call between
+    replays changes nothing. (A capture cannot read the lengths back: ATTNGEN_TRUST_SEQLENS=1.)"""
+    monkeypatch.setenv("ATTNGEN_TRUST_SEQLENS", "1")
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(32)
+    batch, heads, kv_heads, capacity = 2, 32, 8, 8192
+    kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+    q = torch.randn(batch, 1, heads, 128, device="cuda", dtype=kc.dtype, generator=gen)
+    used = torch.tensor([8000, 333], dtype=torch.int32, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            kernel.with_kvcache(q, kc, vc, cache_seqlens=used)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, return_lse=True)
+    for step in range(4):
+        q.copy_(torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen))
+        kc.copy_(torch.randn(kc.shape, device="cuda", dtype=kc.dtype, generator=gen))
+        graph.replay()
+        if step == 1:
+            kernel.with_kvcache(q[:1], kc[:1], vc[:1], cache_seqlens=used[:1])
+        torch.cuda.synchronize()
+        _check(spec, q, kc, vc, used, out, lse, {})
+
+
+def test_decode_calls_on_two_streams_at_once_merge_right() -> None:
+    """Calls running at the same time on two streams each merge with their own stream's counters."""
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(33)
+    batch, heads, kv_heads, capacity = 1, 32, 8, 32768
+    calls = []
+    for _ in range(2):
+        kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+        q = torch.randn(batch, 1, heads, 128, device="cuda", dtype=kc.dtype, generator=gen)
+        calls.append((q, kc, vc, torch.tensor([capacity - 7], dtype=torch.int32, device="cuda")))
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    results = [[], []]
+    for _ in range(8):
+        for (q, kc, vc, used), s, res in zip(calls, streams, results, strict=True):
+            with torch.cuda.stream(s):
+                res.append(kernel.with_kvcache(q, kc, vc, cache_seqlens=used, return_lse=True))
+    torch.cuda.synchronize()
+    for (q, kc, vc, used), res in zip(calls, results, strict=True):
+        _check(spec, q, kc, vc, used, *res[0], {})
+        assert all(torch.equal(r[0], res[0][0]) for r in res)

@@ -1,0 +1,94 @@
+"""What the split-KV decode's merge costs inside a CUDA graph: for a few small shapes, the graph time of the
+call as it runs (the split kernel's last blocks merging, counters from runtime/counters.py), of the split and
+combine kernels (the path of a call without counters), of the split kernel alone (its partials left unmerged),
+of one unsplit kernel, and of cuDNN's SDPA and a one-kernel floor (a 1-element fill) in the same process.
+hd128 bf16, 32 query heads over 8 KV heads, seqlen_q 1.
+
+    python3 benchmarks/decode_combine_cost.py [--shapes 1x1024,1x4096] [--page 0,256] > combine_cost.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attngen
+from attngen.bench import measure
+from attngen.spec.model import AttentionSpec
+
+
+def us(fn) -> float:  # type: ignore[no-untyped-def]
+    return min(measure.graph_ms(fn) for _ in range(3)) * 1e3
+
+
+def paged(k: torch.Tensor, v: torch.Tensor, page: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k and v of (batch, keys, 8, 128) as a pool of page-row blocks in shuffled order, with its table."""
+    b, s = k.shape[:2]
+    per = s // page
+    table = torch.randperm(b * per, device="cuda", dtype=torch.int32)
+    kc, vc = torch.empty_like(k).view(b * per, page, 8, 128), torch.empty_like(v).view(b * per, page, 8, 128)
+    kc[table.long()] = k.reshape(b * per, page, 8, 128)
+    vc[table.long()] = v.reshape(b * per, page, 8, 128)
+    return kc, vc, table.view(b, per)
+
+
+def cudnn_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # type: ignore[no-untyped-def]
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+
+    def call() -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True).transpose(1, 2)
+    return call
+
+
+def point(kernel, b: int, s: int, pages: list[int]) -> None:  # type: ignore[no-untyped-def]
+    decode = kernel.decode_kernels()
+    q = torch.randn(b, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    used = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    k, v = (torch.randn(b, s, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    cudnn = cudnn_call(q, k, v)
+    ref = cudnn().float()
+    peer = us(cudnn)
+    scale = 1.0 / math.sqrt(128)
+    vargs = decode.args(q, [], [])
+    for page in pages:
+        kc, vc, table = paged(k, v, page) if page else (k, v, None)
+        out = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, block_table=table)
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        assert math.isfinite(err) and err < 2e-2, err
+        ready = decode.ready(q, kc, vc, table)
+        times = []
+        two = dataclasses.replace(ready, launches=ready.unmerged, counters=0) if ready.counters else ready
+        alone = dataclasses.replace(two, launches=two.launches[:1])
+        for r in (ready, two, alone, decode.ready(q, kc, vc, table, num_splits=1)):
+            times.append(us(functools.partial(r.run, q, kc, vc, used, table, scale, vargs)))
+        print(f"{b} x {s} | {page} | {ready.shape.num_splits} | {times[0]:.1f} | {times[1]:.1f} | "
+              f"{times[2]:.1f} | {times[3]:.1f} | {peer:.1f} | {peer / times[0]:.2f} | err {err:.1e}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", default="1x1024,1x4096,1x32768,1x131072,8x1024,8x4096")
+    parser.add_argument("--page", default="0,256")
+    args = parser.parse_args()
+    os.environ["ATTNGEN_TRUST_SEQLENS"] = "1"
+    kernel = attngen.compile(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"))
+    tiny = torch.empty(1, device="cuda")
+    print(f"floor (one 1-element fill): {us(lambda: tiny.fill_(1.0)):.1f} us")
+    print("batch x keys | page | splits | merged (as run) | split + combine | split kernel alone | unsplit | "
+          "cudnn | cudnn / merged   (us, CUDA graph)")
+    pages = [int(x) for x in args.page.split(",")]
+    for item in args.shapes.split(","):
+        b, s = (int(x) for x in item.split("x"))
+        point(kernel, b, s, pages)
+
+
+if __name__ == "__main__":
+    main()
