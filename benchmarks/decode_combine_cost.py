@@ -1,8 +1,8 @@
-"""What the split-KV decode's merge costs inside a CUDA graph: for a few small shapes, the graph time of the
-call as it runs (the split kernel's last blocks merging, counters from runtime/counters.py), of the split and
-combine kernels (the path of a call without counters), of the split kernel alone (its partials left unmerged),
-of one unsplit kernel, and of cuDNN's SDPA and a one-kernel floor (a 1-element fill) in the same process.
-hd128 bf16, 32 query heads over 8 KV heads, seqlen_q 1.
+"""What the split-KV decode's combine costs inside a CUDA graph: for a few small shapes, the graph time of the
+whole call (the split kernel, then the combine kernel as a programmatic dependent launch), of the split kernel
+alone (its partials left unmerged), of one unsplit kernel, and of cuDNN's SDPA and a one-kernel floor (a 1-element
+fill) in the same process. hd128 bf16, 32 query heads over 8 KV heads, seqlen_q 1. ATTNGEN_TEMPLATES set to
+another checkout's templates times that checkout's kernels.
 
     python3 benchmarks/decode_combine_cost.py [--shapes 1x1024,1x4096] [--page 0,256] > combine_cost.txt
 """
@@ -63,14 +63,28 @@ def point(kernel, b: int, s: int, pages: list[int]) -> None:  # type: ignore[no-
         out = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, block_table=table)
         err = ((out.float() - ref).norm() / ref.norm()).item()
         assert math.isfinite(err) and err < 2e-2, err
-        ready = decode.ready(q, kc, vc, table)
         times = []
-        two = dataclasses.replace(ready, launches=ready.unmerged, counters=0) if ready.counters else ready
-        alone = dataclasses.replace(two, launches=two.launches[:1])
-        for r in (ready, two, alone, decode.ready(q, kc, vc, table, num_splits=1)):
+        ready = decode.ready(q, kc, vc, table)
+        alone = dataclasses.replace(ready, launches=ready.launches[:1])
+        for r in (ready, alone, decode.ready(q, kc, vc, table, num_splits=1)):
             times.append(us(functools.partial(r.run, q, kc, vc, used, table, scale, vargs)))
-        print(f"{b} x {s} | {page} | {ready.shape.num_splits} | {times[0]:.1f} | {times[1]:.1f} | "
-              f"{times[2]:.1f} | {times[3]:.1f} | {peer:.1f} | {peer / times[0]:.2f} | err {err:.1e}", flush=True)
+        carved = float("nan")
+        if len(ready.launches) > 1:
+            combine = ready.launches[1].fn.function
+            carveout(combine, 100)
+            carved = us(functools.partial(ready.run, q, kc, vc, used, table, scale, vargs))
+            carveout(combine, -1)
+        print(f"{b} x {s} | {page} | {ready.shape.num_splits} | {times[0]:.1f} | {carved:.1f} | {times[1]:.1f} | "
+              f"{times[2]:.1f} | {peer:.1f} | {peer / times[0]:.2f} | err {err:.1e}", flush=True)
+
+
+def carveout(function: object, percent: int) -> None:
+    """The function's preferred shared-memory carveout (percent of the SM's maximum; -1: no preference)."""
+    from cuda.bindings import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+    (err,) = driver.cuFuncSetAttribute(function, attr, percent)
+    assert err == driver.CUresult.CUDA_SUCCESS, err
 
 
 def main() -> None:
@@ -82,8 +96,8 @@ def main() -> None:
     kernel = attngen.compile(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"))
     tiny = torch.empty(1, device="cuda")
     print(f"floor (one 1-element fill): {us(lambda: tiny.fill_(1.0)):.1f} us")
-    print("batch x keys | page | splits | merged (as run) | split + combine | split kernel alone | unsplit | "
-          "cudnn | cudnn / merged   (us, CUDA graph)")
+    print("batch x keys | page | splits | call (split + combine) | call, combine's carveout 100% | split kernel "
+          "alone | unsplit | cudnn | cudnn / call   (us, CUDA graph)")
     pages = [int(x) for x in args.page.split(",")]
     for item in args.shapes.split(","):
         b, s = (int(x) for x in item.split("x"))

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attngen.planning.planner_decode import DecodeShape, plan_decode  # noqa: E402
-from attngen.runtime import counters, decode, kvcache  # noqa: E402
+from attngen.runtime import decode, kvcache  # noqa: E402
 from attngen.runtime.driver import LoadedFunction  # noqa: E402
 from attngen.spec.model import Arch, AttentionSpec  # noqa: E402
 
@@ -30,12 +30,8 @@ def test_steps_are_the_split_kernel_then_the_combine(arch: Arch) -> None:
     # A warp per output row: 3 x 32 x 5 rows over 4 warps a block.
     assert (combine.entry, combine.grid, combine.smem_bytes) == (plan.entry_names[1], (120, 1, 1), 0)
     assert combine.dependent is (arch is Arch.sm90) is plan.overlap_combine
-    shape = DecodeShape(batch=3, heads=32, kv_heads=8, seqlen_q=5, num_splits=4)
-    assert family.steps(plan, shape, merged=True) == (split,)
-    assert family.merge_counters(plan, shape) == 2 * 24   # a counter per (16-row block, entry x KV head)
-    one = DecodeShape(batch=3, heads=32, kv_heads=8, seqlen_q=1, num_splits=1)
-    (only,) = family.steps(plan, one)
-    assert only.grid == (1, 1, 24) and family.merge_counters(plan, one) == 0
+    (only,) = family.steps(plan, DecodeShape(batch=3, heads=32, kv_heads=8, seqlen_q=1, num_splits=1))
+    assert only.grid == (1, 1, 24)
 
 
 def _fields(struct: type[ctypes.Structure], raw: bytes) -> dict[str, object]:
@@ -60,18 +56,7 @@ def ready_env(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     return launched
 
 
-@pytest.fixture
-def capture_state(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
-    """The decode runs' counter pool on the CPU: zeroed CPU tensors as slabs, and a capture flag to set."""
-    state = {"capturing": False}
-    fake = counters.CounterPool(zeros=lambda n: torch.zeros(n, dtype=torch.int32),
-                                capturing=lambda: state["capturing"])
-    monkeypatch.setattr(counters, "pool", lambda index: fake)
-    return state
-
-
 def test_ready_keeps_the_shape_fields_and_a_run_adds_the_pointers(ready_env: list[tuple[object, ...]],
-                                                                  capture_state: dict[str, bool],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     kernels = decode.DecodeKernels(SPEC)
     pool = torch.randn(40, 32, 2, 64).to(torch.bfloat16)      # a paged pool of 32-row pages
@@ -92,7 +77,6 @@ def test_ready_keeps_the_shape_fields_and_a_run_adds_the_pointers(ready_env: lis
 
     monkeypatch.setenv("ATTNGEN_POISON", "1")
     used = torch.tensor([5, 384, 0], dtype=torch.int32)
-    capture_state["capturing"] = True    # a capture that finds no zeroed counters: the combine kernel merges
     out, lse = ready.run(q, pool, pool, used, table, 0.125, kernels.args(q, [], []))
     assert out.shape == q.shape and out.is_contiguous() and lse.shape == (3, 16, 2)
     assert out.float().isnan().all() and lse.isnan().all()      # nothing ran: the poison shows
@@ -103,48 +87,16 @@ def test_ready_keeps_the_shape_fields_and_a_run_adds_the_pointers(ready_env: lis
     assert (sent["q"], sent["k"], sent["o"], sent["lse"], sent["seqused_k"], sent["block_table"]) == \
         (q.data_ptr(), pool.data_ptr(), out.data_ptr(), lse.data_ptr(), used.data_ptr(), table.data_ptr())
     assert sent["scale_log2"] == pytest.approx(0.125 * 1.4426950408889634)
-    assert sent["split_arrivals"] is None
     # The partials share one allocation: o_part (3 splits x 96 rows x 64) then lse_part.
     assert sent["lse_part"] - sent["o_part"] == 3 * 96 * 64 * 4   # type: ignore[operator]
     assert {k: sent[k] for k in kept if k not in POINTERS} == {k: v for k, v in kept.items() if k not in POINTERS}
 
 
-POINTERS = {"q", "k", "v", "o", "lse", "seqused_k", "block_table", "o_part", "lse_part", "scale_log2",
-            "split_arrivals"}
+POINTERS = {"q", "k", "v", "o", "lse", "seqused_k", "block_table", "o_part", "lse_part", "scale_log2"}
 
 
 def sm80_decode_entries() -> tuple[str, str]:
     return plan_decode(SPEC, Arch.sm90).entry_names
-
-
-def test_split_calls_merge_in_the_split_kernel_with_counters_of_their_own(
-        ready_env: list[tuple[object, ...]], capture_state: dict[str, bool]) -> None:
-    """A split call with counters launches the split kernel alone; eager calls on one stream share their
-    counters, a capture gets counters no other launch gets, and a capture without zeroed ones left runs the
-    combine kernel."""
-    kernels = decode.DecodeKernels(SPEC)
-    k = torch.randn(2, 256, 4, 64).to(torch.bfloat16)
-    q = torch.randn(2, 3, 16, 64).to(torch.bfloat16)   # 4 heads x 3 rows per KV head: one 16-row block
-    used = torch.tensor([3, 256], dtype=torch.int32)
-    ready = kernels.ready(q, k, k, None, num_splits=4)
-    assert ready.counters == 2 * 4 and len(ready.launches) == 1 and len(ready.unmerged) == 2
-
-    def arrivals() -> object:
-        ready.run(q, k, k, used, None, 1.0, kernels.args(q, [], []))
-        launch = ready_env.pop()
-        assert not ready_env and launch[0] == sm80_decode_entries()[0]
-        return _fields(ready.struct, launch[4])["split_arrivals"]  # type: ignore[arg-type]
-
-    eager = arrivals()
-    assert eager and arrivals() == eager
-    capture_state["capturing"] = True
-    first, second = arrivals(), arrivals()
-    assert len({eager, first, second}) == 3
-    pool = counters.pool(0)
-    pool.slabs[-1].used = pool.slabs[-1].size
-    ready.run(q, k, k, used, None, 1.0, kernels.args(q, [], []))
-    assert [launch[0] for launch in ready_env] == list(sm80_decode_entries())
-    assert _fields(ready.struct, ready_env[0][4])["split_arrivals"] is None  # type: ignore[arg-type]
 
 
 def test_one_split_launches_the_split_kernel_alone(ready_env: list[tuple[object, ...]]) -> None:
@@ -155,7 +107,7 @@ def test_one_split_launches_the_split_kernel_alone(ready_env: list[tuple[object,
     ready.run(q, k, k, torch.tensor([3, 64], dtype=torch.int32), None, 1.0, kernels.args(q, [], []))
     assert len(ready_env) == 1
     sent = _fields(ready.struct, ready_env[0][4])  # type: ignore[arg-type]
-    assert not any(sent[k] for k in ("o_part", "lse_part", "block_table", "page_size", "split_arrivals"))
+    assert not any(sent[k] for k in ("o_part", "lse_part", "block_table", "page_size"))
 
 
 def _call(q: object, k: object, used: object, table: object = None, options: tuple[object, ...] = (None, None, 0)) \

@@ -118,9 +118,6 @@ DECODE_PARAMS: tuple[Field, ...] = (
     Field("page_size", "int", _I32),
     Field("num_splits", "int", _I32),
     Field("batch", "int", _I32),
-    # Arrival counters (one per 16-row block of an entry's KV head, zero between launches) with which the split
-    # kernel's last block of a row block merges the splits itself; null: the combine kernel merges them.
-    Field("split_arrivals", "int*", _PTR),
 )
 
 #: cuTensorMapEncodeTiled's opaque 128-byte CUtensorMap (64-byte aligned in the kernel's struct).

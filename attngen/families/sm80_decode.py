@@ -4,11 +4,7 @@ Decoding reads the whole cache per generated token while doing little arithmetic
 memory, and what matters is that every SM keeps enough bytes in flight and that each K/V byte is read once.
 So a block packs the query heads of one KV head (a GQA group) times the query positions into the 16 rows of
 one mma.sync tile, its warps split every K/V tile by keys, and blocks split each entry's keys into runs
-(planning.splits) whose fp32 partials are merged by their LSE: by the last block of each row block to finish,
-which counts the splits' arrivals in a counter (runtime/counters.py), or, where a call has no counters (a CUDA-graph
-capture that finds none zeroed), by a combine kernel. The merge in the split kernel saves the combine kernel's
-launch and wait: 2.5-4.5 us of a 12-200 us call at batch 1 in CUDA graphs on the H100
-(results/h100/decode/merge/combine_cost.txt). K/V rows come from a contiguous
+(planning.splits) whose fp32 partials a combine kernel merges by their LSE. K/V rows come from a contiguous
 cache or, through the block table, from a paged pool, by cp.async, so paging costs one table read per row.
 
 The budget lives here: `smem_layout` (bytes), `register_estimate`, and the in-flight bytes each candidate keeps
@@ -151,12 +147,10 @@ class Sm80Decode(DecodeFamily):
         t = plan.tiling
         return (f"splitkv rows={BLOCK_M} tile_keys={t.tile_keys} warps={t.num_warps} warp_keys={t.warp_keys} "
                 f"stages={t.stages} smem={plan.smem_bytes}B blocks/SM={plan.blocks_per_sm}"
-                + " merge=last-split-block" + (" combine=overlapped" if plan.overlap_combine else ""))
+                + (" combine=overlapped" if plan.overlap_combine else ""))
 
     def explain_lines(self, plan: DecodePlan) -> list[str]:
-        lines = [f"decode ({self.name}, {self.path}): {self.plan_line(plan)}", f"  why: {plan.reason}",
-                 "  merge: the last block of each row block to finish merges its splits (arrival counters; a "
-                 "capture without zeroed counters runs the combine kernel instead)"]
+        lines = [f"decode ({self.name}, {self.path}): {self.plan_line(plan)}", f"  why: {plan.reason}"]
         for batch, keys in ((1, 4096), (1, 131072), (8, 1024), (8, 32768), (64, 32768)):
             choice = self.splits(plan, batch=batch, kv_heads=8, heads=32, seqlen_q=1, keys=keys)
             lines.append(f"  splits at batch {batch}, 32 heads / 8 KV heads, {keys} keys: {choice.splits} "
@@ -173,25 +167,17 @@ class Sm80Decode(DecodeFamily):
                 "overlap_combine": plan.overlap_combine, "max_splits": MAX_SPLITS, "params": fields,
                 "params_layout": layout(fields)}
 
-    def steps(self, plan: DecodePlan, shape: DecodeShape, merged: bool = False) -> tuple[LaunchStep, ...]:
+    def steps(self, plan: DecodePlan, shape: DecodeShape) -> tuple[LaunchStep, ...]:
         split_entry, combine_entry = plan.entry_names
-        split = LaunchStep(split_entry, plan.smem_bytes, (_row_blocks(shape), shape.num_splits,
+        rows = shape.heads // shape.kv_heads * shape.seqlen_q
+        split = LaunchStep(split_entry, plan.smem_bytes, (-(-rows // BLOCK_M), shape.num_splits,
                                                           shape.batch * shape.kv_heads), plan.threads)
-        if shape.num_splits == 1 or merged:
+        if shape.num_splits == 1:
             return (split,)
         total = shape.batch * shape.heads * shape.seqlen_q
         combine = LaunchStep(combine_entry, 0, (-(-total // (COMBINE_THREADS // 32)), 1, 1), COMBINE_THREADS,
                              dependent=plan.overlap_combine)
         return split, combine
-
-    def merge_counters(self, plan: DecodePlan, shape: DecodeShape) -> int:
-        """One per (entry, KV head, 16-row block): the split kernel's grid without its splits."""
-        return _row_blocks(shape) * shape.batch * shape.kv_heads if shape.num_splits > 1 else 0
-
-
-def _row_blocks(shape: DecodeShape) -> int:
-    """16-row blocks of one KV head's packed query rows."""
-    return -(-(shape.heads // shape.kv_heads * shape.seqlen_q) // BLOCK_M)
 
 
 #: choose_splits, remembered per shape (every decode call asks; a server repeats a few shapes).

@@ -75,15 +75,9 @@ class DecodeFamily(KernelFamily):
         """What `explain` prints about the plan: tiles, budget, the split rule with examples."""
 
     @abstractmethod
-    def steps(self, plan: DecodePlan, shape: DecodeShape, merged: bool = False) -> tuple[LaunchStep, ...]:
+    def steps(self, plan: DecodePlan, shape: DecodeShape) -> tuple[LaunchStep, ...]:
         """The launches of a call of `shape`, in order: the split kernel and, with more than one split, the
-        combine kernel unless `merged` (the split kernel's last block of each row block merges the splits, with
-        `merge_counters` arrival counters). Every launch reads the same parameter block (abi.DECODE_PARAMS and
-        the variant's)."""
-
-    @abstractmethod
-    def merge_counters(self, plan: DecodePlan, shape: DecodeShape) -> int:
-        """The arrival counters a merged call of `shape` needs (0: one split, nothing to merge)."""
+        combine kernel. Every launch reads the same parameter block (abi.DECODE_PARAMS and the variant's)."""
 
 
 def decode_families() -> list[DecodeFamily]:

@@ -21,7 +21,6 @@ from .. import env
 from ..codegen.abi import DECODE_PARAMS, set_strides, struct_of, with_variant
 from ..planning.planner_decode import DecodeShape, decode_family
 from ..spec.model import AttentionSpec
-from . import counters
 from .backward import LazyKernels
 from .device import current_arch, stream_handle
 from .driver import PreparedLaunch
@@ -40,9 +39,7 @@ class ReadyDecode:
     """A decode call's shape-dependent work, done once: q (batch, seqlen_q, heads, d) over a contiguous cache
     (batch, capacity, kv_heads, d) or a paged pool through a (batch, blocks) table of `page_size`-row blocks, with
     the strides it was made for. `template` is the parameter block with every field but the pointers, the scale
-    and the variant's filled; `launches` pairs each step with its loaded entry point: the split kernel merging
-    its splits itself with `counters` arrival counters (or the one unsplit kernel), and `unmerged` the split
-    and combine kernels, for a split call that gets no counters (empty when unsplit)."""
+    and the variant's filled; `launches` pairs each step with its loaded entry point."""
 
     device: Any
     shape: DecodeShape
@@ -50,8 +47,6 @@ class ReadyDecode:
     struct: type[ctypes.Structure]
     template: bytes
     launches: tuple[PreparedLaunch, ...]
-    unmerged: tuple[PreparedLaunch, ...] = ()
-    counters: int = 0
 
     def run(self, q: Any, k: Any, v: Any, used: Any, table: Any, softmax_scale: float, args: VariantArgs) -> Any:
         """(out, lse) of one call of the shapes this was made for (the caller checked them): out like q,
@@ -83,11 +78,7 @@ class ReadyDecode:
             p.lse_part = part.data_ptr() + s.num_splits * rows * self.head_dim * part.element_size()
         args.fill(p)
         stream = stream_handle(self.device.index)
-        launches = self.launches
-        if self.counters:
-            p.split_arrivals = counters.pool(self.device.index).counters(stream, self.counters)
-            launches = self.launches if p.split_arrivals else self.unmerged
-        for launch in launches:
+        for launch in self.launches:
             launch(stream, p)
         return out, lse
 
@@ -131,13 +122,10 @@ class DecodeKernels(LazyKernels):
         p.lse_batch_stride, p.lse_head_stride = heads * seqlen_q, seqlen_q
         if table is not None:
             p.table_stride = table.stride(0)
-        def prepared(merged: bool) -> tuple[PreparedLaunch, ...]:
-            return tuple(PreparedLaunch(self._function(device, arch, step.entry, step.smem_bytes), step.grid,
-                                        step.threads, step.dependent) for step in family.steps(plan, shape, merged))
-
-        n = family.merge_counters(plan, shape)
-        return ReadyDecode(device=q.device, shape=shape, head_dim=d, struct=struct, template=bytes(p),
-                           launches=prepared(True), unmerged=prepared(False) if n else (), counters=n)
+        launches = tuple(PreparedLaunch(self._function(device, arch, step.entry, step.smem_bytes), step.grid,
+                                        step.threads, step.dependent) for step in family.steps(plan, shape))
+        return ReadyDecode(device=q.device, shape=shape, head_dim=d, struct=struct,
+                           template=bytes(p), launches=launches)
 
     def args(self, q: torch.Tensor, extras: list[torch.Tensor], scalars: list[float]) -> VariantArgs:
         """The variant's runtime arguments of a call, prepared for the parameter block."""
