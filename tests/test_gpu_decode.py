@@ -162,3 +162,21 @@ def test_repeated_shapes_run_the_remembered_call_and_stay_checked(page: int) -> 
     assert shifted.data_ptr() % 16 == 8
     out, lse = kernel.with_kvcache(shifted, k_in, v_in, cache_seqlens=used, block_table=table, return_lse=True)
     _check(spec, q, kc, vc, used, out, lse, {})
+
+
+@pytest.mark.parametrize("splits", [17, 40, 128])
+@pytest.mark.parametrize("config", [SPECS[0], SPECS[3], SPECS[4]], ids=lambda c: c.get("name") or c["mask"])
+def test_many_splits_merge_right(config: dict[str, Any], splits: int) -> None:
+    """The combine past the splits whose partials it loads with the LSE (8 at hd256, 16 below) and past 32
+    splits (a lane's second LSE), with a sink, hd64 (half the lanes hold no columns) and hd256 (two column
+    passes); entries with fewer tiles than splits leave splits empty."""
+    spec = AttentionSpec(**config)
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(splits)
+    batch, heads, kv_heads, capacity = 2, 8, 2, 16384
+    kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+    q = torch.randn(batch, 2, heads, spec.head_dim, device="cuda", dtype=kc.dtype, generator=gen)
+    used = torch.tensor([capacity - 5, 700], dtype=torch.int32, device="cuda")
+    extra = {n: t.detach() for n, t in _runtime(spec, heads, gen).items()}
+    out, lse = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, num_splits=splits, return_lse=True, **extra)
+    _check(spec, q, kc, vc, used, out, lse, extra)

@@ -1,0 +1,15 @@
+#!/bin/bash
+# The decode GPU tests, then `attngen bench --varlen` and `--decode` beside every peer, FlashAttention-4 included
+# (device machine, ~6 min): the wheels in .whl and .fa4whl carried, generated/ and benchmarks/results/ moved out
+# of the working tree for the call (a call carries 64 MiB).   Writes $OUT/decode_peers.tgz.
+. benchmarks/device_env.sh
+fa4_peer || exit 1
+python3 -c "import flash_attn.cute" || echo "FA4 does not import: the suites run without it"
+SECONDS=0
+gpu_tests 240 "$OUT/tests_decode.txt" tests/test_gpu_decode.py
+python3 -m attngen bench --varlen --budget-s 60 --out "$OUT/varlen" > "$OUT/varlen.log" 2>&1
+echo "varlen rc $? after ${SECONDS}s"
+python3 -m attngen bench --decode --budget-s $((540 - SECONDS)) --out "$OUT/decode" > "$OUT/decode.log" 2>&1
+echo "decode rc $? after ${SECONDS}s"
+cat "$OUT"/varlen/varlen.md "$OUT"/decode/decode.md 2>/dev/null | head -80
+cd "$OUT" && rm -f ./*/*.png && tar czf decode_peers.tgz ./*.log ./*.txt varlen decode && rm -rf ./*.log ./*.txt varlen decode
