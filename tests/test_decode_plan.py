@@ -60,9 +60,22 @@ def test_split_rule() -> None:
     one = {"kv_heads": 8, "row_blocks": 1, "tile_keys": 128, "num_sms": 132, "blocks_per_sm": 1}
     assert choose_splits(batch=1, keys=32768, **one).splits == 16          # one wave: 8 x 16 = 128 of 132
     assert choose_splits(batch=1, keys=1024, **one).splits == 1024 // 128 // MIN_TILES_PER_SPLIT  # tile-capped
-    assert choose_splits(batch=8, keys=32768, **one).splits == 2
-    short = choose_splits(batch=8, keys=1024, **one)   # 2 splits would save 4 of 8 tiles: not worth a combine
+    short = choose_splits(batch=6, keys=1024, **one)   # 2 splits would save 4 of 8 tiles: not worth a combine
     assert short.splits == 1 and f"~{COMBINE_COST_TILES} tiles" in short.reason
+    assert choose_splits(batch=6, keys=32768, **one).splits == 2         # 48 blocks: one wave of 96
+    # 64 blocks, one per SM pair: unsplit at every length.
+    for keys in (1024, 4096, 32768, 131072):
+        pairs = choose_splits(batch=8, keys=keys, **one)
+        assert pairs.splits == 1 and "one per SM pair of 66" in pairs.reason
+    # Past one block per pair: the fewest splits whose waves fill to 90% (80 x 3 = 240 of 264, 96 x 4 = 384 of
+    # 396), each of 8 tiles at least (none at 1k keys).
+    assert [choose_splits(batch=10, keys=k, **one).splits for k in (1024, 4096, 32768)] == [1, 3, 3]
+    balanced = choose_splits(batch=12, keys=32768, **one)
+    assert balanced.splits == 4 and "97%" in balanced.reason
+    # 31 tiles: 4 splits would keep 7 each, and 3 fill their waves to 73% only.
+    assert "no split of at most 8" in choose_splits(batch=12, keys=4096 - 128, **one).reason
+    # Two blocks per SM: the one-wave rule (the pairs' rules are measured with one).
+    assert choose_splits(batch=8, keys=32768, **{**one, "blocks_per_sm": 2}).splits == 4
     full = choose_splits(batch=64, keys=32768, **one)
     assert full.splits == 1 and "no split" in full.reason
     tiny = choose_splits(batch=1, keys=128, **one)

@@ -151,7 +151,7 @@ class Sm80Decode(DecodeFamily):
 
     def explain_lines(self, plan: DecodePlan) -> list[str]:
         lines = [f"decode ({self.name}, {self.path}): {self.plan_line(plan)}", f"  why: {plan.reason}"]
-        for batch, keys in ((1, 4096), (1, 131072), (8, 1024), (8, 32768), (64, 32768)):
+        for batch, keys in ((1, 4096), (1, 131072), (8, 1024), (8, 32768), (12, 32768), (64, 32768)):
             choice = self.splits(plan, batch=batch, kv_heads=8, heads=32, seqlen_q=1, keys=keys)
             lines.append(f"  splits at batch {batch}, 32 heads / 8 KV heads, {keys} keys: {choice.splits} "
                          f"({choice.reason})")

@@ -5,12 +5,21 @@ far fewer blocks than SMs, and each would stream a whole cache alone. Splitting 
 that separate blocks read (and a combine kernel merges by their LSE) puts every SM to work. The choice:
 
 - no split when the blocks already fill FULL_WAVE of the resident slots (SMs x blocks per SM);
+- with one block per SM, an SM's pair (the two SMs of a TPC share its path to memory) matters:
+  - no split when the blocks nearly fill one SM of every pair (PAIR_SATURATING of the pairs, at most all): alone on
+    their pairs they stream at copy bandwidth;
+  - between one block per pair and FULL_WAVE, some pairs carry two blocks and set the pace: the fewest splits
+    (at most BALANCE_SPLITS, each of MIN_BALANCE_TILES tiles at least) whose blocks fill their waves to
+    BALANCE_EFFICIENCY, so the scheduler evens the pairs' loads out;
 - else as many splits as one wave of the slots holds, at most MAX_SPLITS and one per MIN_TILES_PER_SPLIT tiles,
   unless that saves each block no more than COMBINE_COST_TILES tiles of streaming.
 
-Measured on the H100 (benchmarks/results/h100/decode/sweep_1 and sweep_2, NOTES.md): at batch 1 (8 blocks, 132
-slots) 16 splits beat 8 and 32 at 32k and 128k keys (70 vs 87 and 84 us at 32k); a second wave of splits always
-lost; short caches at half a wave of blocks run best unsplit.
+Measured on the H100 (benchmarks/results/h100/decode/sweep_1 and sweep_2, split_rule/, NOTES.md; hd128, 8 KV
+heads, 1 block per SM): at batch 1 (8 blocks, 132 slots) 16 splits beat 8 and 32 at 32k and 128k keys (70 vs 87
+and 84 us at 32k); short caches at half a wave of blocks run best unsplit; at batch 8 (64 blocks) no split beats
+2-4 at 2k-32k keys (364.6 against 367.3 us at 32k, 61.9 against 64.2 at 4k); at batch 10 and 12 (80 and 96
+blocks) 3 and 4 splits beat none by 9-12% at 32k keys (462.9 against 507.7 us, 541.3 against 608.6) and by 2-3%
+at 4k, while 4 and 3 splits, whose last waves are part-filled, lose (492.0 and 555.6 us).
 """
 
 from __future__ import annotations
@@ -31,6 +40,13 @@ COMBINE_COST_TILES = 4
 #: Share of the resident slots the unsplit blocks must fill to skip splitting (wave tails below it cost more
 #: than the combine kernel's launch and its fp32 partials).
 FULL_WAVE = 0.8
+#: Share of the SM pairs (TPCs) whose one block each streams at copy bandwidth: batch 8 x 8 KV heads (64 blocks of
+#: 66 pairs) runs best unsplit (split_rule/sweep_1).
+PAIR_SATURATING = 0.9
+#: Splits the balancing rule takes at most, the K/V tiles each keeps at least, and the wave fill it asks.
+BALANCE_SPLITS = 8
+MIN_BALANCE_TILES = 8
+BALANCE_EFFICIENCY = 0.9
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,10 @@ def choose_splits(*, batch: int, kv_heads: int, row_blocks: int, keys: int, tile
     if cap == 1:
         return SplitChoice(1, blocks, slots, f"{tiles} K/V tile(s) of {tile_keys} keys: too few to split "
                                              f"({MIN_TILES_PER_SPLIT} per split at least)")
+    if blocks_per_sm == 1:
+        paired = _by_pairs(blocks, num_sms, tiles)
+        if paired is not None:
+            return paired
     splits = max(1, min(cap, slots // blocks))
     saved = tiles - -(-tiles // splits)
     if splits > 1 and saved <= COMBINE_COST_TILES:
@@ -73,3 +93,23 @@ def choose_splits(*, batch: int, kv_heads: int, row_blocks: int, keys: int, tile
                        f"splits of ~{-(-tiles // splits)} tiles fill one wave with {blocks * splits} blocks "
                        f"({wave_efficiency(blocks * splits, slots):.0%}; at most {cap} splits of "
                        f"{MIN_TILES_PER_SPLIT} tiles)")
+
+
+def _by_pairs(blocks: int, num_sms: int, tiles: int) -> SplitChoice | None:
+    """The split choice where one block per SM makes the SM pairs (TPCs) matter (see the module's rules), or None
+    where they do not."""
+    pairs = max(1, num_sms // 2)
+    if PAIR_SATURATING * pairs <= blocks <= pairs:
+        return SplitChoice(1, blocks, num_sms, f"{blocks} blocks, one per SM pair of {pairs}: they stream at copy "
+                                               f"bandwidth unsplit")
+    if blocks <= pairs:
+        return None
+    for splits in range(2, min(BALANCE_SPLITS, tiles // MIN_BALANCE_TILES) + 1):
+        if wave_efficiency(blocks * splits, num_sms) >= BALANCE_EFFICIENCY:
+            return SplitChoice(splits, blocks, num_sms,
+                               f"{blocks} blocks put two on some of the {pairs} SM pairs: {splits} splits of "
+                               f"~{-(-tiles // splits)} tiles fill their waves to "
+                               f"{wave_efficiency(blocks * splits, num_sms):.0%}, so the pairs' loads even out")
+    return SplitChoice(1, blocks, num_sms, f"{blocks} blocks put two on some of the {pairs} SM pairs, but no split "
+                                           f"of at most {BALANCE_SPLITS} into {MIN_BALANCE_TILES}+ tiles fills its "
+                                           f"waves to {BALANCE_EFFICIENCY:.0%}: no split")
