@@ -11,8 +11,10 @@ if [ -n "$SWEEP_SHAPES" ]; then   # the planner's split count (auto) beside fixe
   python3 benchmarks/decode_sweep.py --out "$OUT/split_sweep.json" --tilings 32x3 --shapes "$SWEEP_SHAPES" \
     --splits "${SWEEP_SPLITS:-0,1,2,3,4}" > "$OUT/split_sweep.txt" 2>&1
 fi
-python3 -m attngen bench --varlen --budget-s 60 --out "$OUT/varlen" > "$OUT/varlen.log" 2>&1
-echo "varlen rc $? after ${SECONDS}s"
+if [ -z "$SKIP_VARLEN" ]; then
+  python3 -m attngen bench --varlen --budget-s 60 --out "$OUT/varlen" > "$OUT/varlen.log" 2>&1
+  echo "varlen rc $? after ${SECONDS}s"
+fi
 python3 -m attngen bench --decode --budget-s $((540 - SECONDS)) --out "$OUT/decode" > "$OUT/decode.log" 2>&1
 echo "decode rc $? after ${SECONDS}s"
 cat "$OUT"/varlen/varlen.md "$OUT"/decode/decode.md 2>/dev/null | head -80

@@ -63,10 +63,12 @@ def test_split_rule() -> None:
     short = choose_splits(batch=6, keys=1024, **one)   # 2 splits would save 4 of 8 tiles: not worth a combine
     assert short.splits == 1 and f"~{COMBINE_COST_TILES} tiles" in short.reason
     assert choose_splits(batch=6, keys=32768, **one).splits == 2         # 48 blocks: one wave of 96
-    # 64 blocks, one per SM pair: unsplit at every length.
+    # 64 blocks, one per SM pair: unsplit at every length; over a paged cache, the one-wave rule.
     for keys in (1024, 4096, 32768, 131072):
         pairs = choose_splits(batch=8, keys=keys, **one)
         assert pairs.splits == 1 and "one per SM pair of 66" in pairs.reason
+    assert choose_splits(batch=8, keys=32768, paged=True, **one).splits == 2
+    assert choose_splits(batch=10, keys=32768, paged=True, **one).splits == 3
     # Past one block per pair: the fewest splits whose waves fill to 90% (80 x 3 = 240 of 264, 96 x 4 = 384 of
     # 396), each of 8 tiles at least (none at 1k keys).
     assert [choose_splits(batch=10, keys=k, **one).splits for k in (1024, 4096, 32768)] == [1, 3, 3]

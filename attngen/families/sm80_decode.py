@@ -137,11 +137,11 @@ class Sm80Decode(DecodeFamily):
                           overlap_combine=info.programmatic_launch)
 
     def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
-               num_sms: int | None = None) -> SplitChoice:
+               num_sms: int | None = None, paged: bool = False) -> SplitChoice:
         rows = heads // max(1, kv_heads) * seqlen_q
         return _splits(batch=batch, kv_heads=kv_heads, row_blocks=-(-rows // BLOCK_M), keys=keys,
                        tile_keys=plan.tiling.tile_keys, num_sms=num_sms or plan.num_sms,
-                       blocks_per_sm=plan.blocks_per_sm)
+                       blocks_per_sm=plan.blocks_per_sm, paged=paged)
 
     def plan_line(self, plan: DecodePlan) -> str:
         t = plan.tiling

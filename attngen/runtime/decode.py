@@ -111,7 +111,8 @@ class DecodeKernels(LazyKernels):
         page = k.shape[1] if table is not None else 0
         capacity = table.shape[1] * page if table is not None else k.shape[1]
         splits = num_splits or family.splits(plan, batch=batch, kv_heads=k.shape[2], heads=heads,
-                                             seqlen_q=seqlen_q, keys=capacity, num_sms=_sm_count(device)).splits
+                                             seqlen_q=seqlen_q, keys=capacity, num_sms=_sm_count(device),
+                                             paged=table is not None).splits
         shape = DecodeShape(batch=batch, heads=heads, kv_heads=k.shape[2], seqlen_q=seqlen_q, num_splits=splits)
         struct = struct_of(with_variant(DECODE_PARAMS, self.variant.fields))
         p = struct(seqlen_q=seqlen_q, seqlen_k=capacity, heads=heads, kv_heads=k.shape[2], batch=batch,
