@@ -15,6 +15,7 @@ import sys
 
 import torch
 
+from attngen.bench import measure
 from attngen.spec.model import AttentionSpec
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -63,14 +64,9 @@ def main() -> None:
 
         def run() -> torch.Tensor:
             return kernel(q, k, v)
-    for _ in range(2):
-        run().backward(dout)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        run().backward(dout)
-        torch.cuda.synchronize()
-    for event in prof.key_averages():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            print(f"kernel {event.key[:160]}: {event.device_time_total:.0f} us")
+    times = measure.kernel_times_us(lambda: run().backward(dout), steps=1, name_chars=160, warmup=2)
+    for name, us in times.items():
+        print(f"kernel {name}: {us:.0f} us")
 
 
 if __name__ == "__main__":
