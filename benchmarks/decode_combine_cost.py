@@ -4,7 +4,7 @@ alone (its partials left unmerged), of one unsplit kernel, and of cuDNN's SDPA a
 fill) in the same process. hd128 bf16, 32 query heads over 8 KV heads, seqlen_q 1. ATTNGEN_TEMPLATES set to
 another checkout's templates times that checkout's kernels.
 
-    python3 benchmarks/decode_combine_cost.py [--shapes 1x1024,1x4096] [--page 0,256] > combine_cost.txt
+    python3 benchmarks/decode_combine_cost.py [--shapes 1x1024,1x4096] [--page 0,256] [--order ordered] > out.txt
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ def us(fn) -> float:  # type: ignore[no-untyped-def]
     return min(measure.graph_ms(fn) for _ in range(3)) * 1e3
 
 
-def paged(k: torch.Tensor, v: torch.Tensor, page: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """k and v of (batch, keys, 8, 128) as a pool of page-row blocks in shuffled order, with its table."""
+def paged(k: torch.Tensor, v: torch.Tensor, page: int, shuffled: bool = True
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k and v of (batch, keys, 8, 128) as a pool of page-row blocks (in shuffled or in the cache's order), with
+    its table."""
     b, s = k.shape[:2]
     per = s // page
-    table = torch.randperm(b * per, device="cuda", dtype=torch.int32)
+    table = (torch.randperm(b * per, device="cuda", dtype=torch.int32) if shuffled
+             else torch.arange(b * per, device="cuda", dtype=torch.int32))
     kc, vc = torch.empty_like(k).view(b * per, page, 8, 128), torch.empty_like(v).view(b * per, page, 8, 128)
     kc[table.long()] = k.reshape(b * per, page, 8, 128)
     vc[table.long()] = v.reshape(b * per, page, 8, 128)
@@ -48,7 +51,7 @@ def cudnn_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # type: igno
     return call
 
 
-def point(kernel, b: int, s: int, pages: list[int]) -> None:  # type: ignore[no-untyped-def]
+def point(kernel, b: int, s: int, pages: list[int], shuffled: bool) -> None:  # type: ignore[no-untyped-def]
     decode = kernel.decode_kernels()
     q = torch.randn(b, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
     used = torch.full((b,), s, dtype=torch.int32, device="cuda")
@@ -59,7 +62,7 @@ def point(kernel, b: int, s: int, pages: list[int]) -> None:  # type: ignore[no-
     scale = 1.0 / math.sqrt(128)
     vargs = decode.args(q, [], [])
     for page in pages:
-        kc, vc, table = paged(k, v, page) if page else (k, v, None)
+        kc, vc, table = paged(k, v, page, shuffled) if page else (k, v, None)
         out = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, block_table=table)
         err = ((out.float() - ref).norm() / ref.norm()).item()
         assert math.isfinite(err) and err < 2e-2, err
@@ -91,6 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="1x1024,1x4096,1x32768,1x131072,8x1024,8x4096")
     parser.add_argument("--page", default="0,256")
+    parser.add_argument("--order", choices=("shuffled", "ordered"), default="shuffled",
+                        help="the pool's pages in shuffled order or in the cache's")
     args = parser.parse_args()
     os.environ["ATTNGEN_TRUST_SEQLENS"] = "1"
     kernel = attngen.compile(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"))
@@ -101,7 +106,7 @@ def main() -> None:
     pages = [int(x) for x in args.page.split(",")]
     for item in args.shapes.split(","):
         b, s = (int(x) for x in item.split("x"))
-        point(kernel, b, s, pages)
+        point(kernel, b, s, pages, args.order == "shuffled")
 
 
 if __name__ == "__main__":

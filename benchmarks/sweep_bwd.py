@@ -52,6 +52,15 @@ def atomic_variants(spec: AttentionSpec, arch, limit: int):  # type: ignore[no-u
     return [base.model_copy(update={"dkdv": t}) for t in tiles[:limit]]
 
 
+def grid_variants(spec: AttentionSpec, arch):  # type: ignore[no-untyped-def]
+    """Atomic-dQ plans on the grid partition's 8-warp tilings that fit in shared memory, register estimate aside
+    (ptxas decides: those that spill are skipped)."""
+    info = arch_info(arch)
+    base = sm80_bwd.Sm80Backward().plan(spec, info, atomic_dq=True).model_copy(update={"dq_atomic": True})
+    tiles = [t for t in sm80_bwd.grid_candidates(spec, info, [], check_registers=False) if t.num_warps == 8]
+    return [base.model_copy(update={"dkdv": t}) for t in tiles]
+
+
 def main() -> int:
     import torch
     import triton.testing
@@ -63,6 +72,7 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=6)
     ap.add_argument("--out", default="sweep_bwd.json")
     ap.add_argument("--atomic", action="store_true", help="also the atomic-dQ plans (see the module's docstring)")
+    ap.add_argument("--grid", action="store_true", help="also the grid partition's atomic-dQ plans")
     args = ap.parse_args()
     arch = current_arch()
     rows = []
@@ -85,11 +95,13 @@ def main() -> int:
             kernel.cubins[arch] = build(spec, arch)
             out = kernel(q, k, v)
             plans = variants(spec, arch, args.limit) + (atomic_variants(spec, arch, args.limit) if args.atomic else [])
+            plans += grid_variants(spec, arch) if args.grid else []
             for i, p in enumerate(plans):
                 cubin = compile_cached(render(p))
                 spills = [r for r in cubin.resources if r.spill_stores or r.spill_loads]
                 if spills and p.dq_atomic:
                     print(f"hd{d} atomic dkdv {p.dkdv.block_n}x{p.dkdv.block_m} w{p.dkdv.num_warps} "
+                          f"{'grid ' if p.dkdv.warp_rows == 32 else ''}"
                           f"dc{p.dkdv.d_chunk}: skipped, spills {spills}", flush=True)
                     continue
                 kernel.backward.replace(arch, cubin)
@@ -105,6 +117,7 @@ def main() -> int:
                 rows.append(row)
                 dq = "dq atomic" if p.dq_atomic else f"dq {c.block_m}x{c.block_n} w{c.num_warps} dc{c.d_chunk}"
                 print(f"hd{d} {'causal' if causal else 'full  '} dkdv {a.block_n}x{a.block_m} w{a.num_warps} "
+                      f"{'grid ' if a.warp_rows == 32 else ''}"
                       f"dc{a.d_chunk} | {dq}: "
                       f"{row['tflops']:.0f} TF/s (flash {row['flash_tflops']:.0f}) err {err:.1e}", flush=True)
     with open(args.out, "w") as f:

@@ -199,6 +199,47 @@ def test_atomic_dq_of_sm80_bwd_gives_the_same_gradients(mask: str, head_dim: int
     assert kernel.backward.cubin(arch).source.plan.dq_atomic and len(kernel.backward.ready) == 5  # what ran
 
 
+@pytest.mark.parametrize(("mask", "head_dim", "dtype", "window", "tile"),
+                         [("causal", 64, "bf16", None, (128, 128, 64)), ("none", 128, "bf16", None, (128, 64, 128)),
+                          ("causal", 128, "fp16", None, (64, 128, 128)), ("sliding_window", 64, "bf16", (200, 100),
+                                                                           (64, 64, 64)),
+                          ("none", 256, "bf16", None, (64, 64, 256)), ("causal", 256, "fp16", None, (128, 32, 128))])
+def test_grid_partition_of_sm80_bwd_gives_the_same_gradients(mask: str, head_dim: int, dtype: str,
+                                                              window: tuple[int, int] | None,
+                                                              tile: tuple[int, int, int]) -> None:
+    """sm80_bwd's grid partition (S^T and dP^T in a 2-D warp grid, P^T and dS^T through shared memory, 32-row dK/dV
+    tiles over a share of the columns, dQ in 32-row parts) is exact at the atomic test's shapes: lengths off the
+    step and group, GQA, a short side, an LSE gradient; head-dim slices (d_chunk below head_dim) included."""
+    from attngen.codegen.renderer import render
+    from attngen.families.sm80_bwd import Sm80Backward, grid_candidates
+    from attngen.planning.archs import arch_info
+    from attngen.toolchain.cache import compile_cached
+
+    extra = {"window": window} if window else {}
+    spec = AttentionSpec(name=f"grid_{mask}{head_dim}_{dtype}", head_dim=head_dim, dtype=dtype, mask=mask, **extra)
+    arch = attngen.runtime.kernel.current_arch()
+    info = arch_info(arch)
+    block_n, block_m, d_chunk = tile
+    dkdv = next(t for t in grid_candidates(spec, info, [], check_registers=False)
+                if (t.block_n, t.block_m, t.d_chunk, t.num_warps) == (block_n, block_m, d_chunk, 8))
+    plan = Sm80Backward().plan(spec, info, atomic_dq=True).model_copy(update={"dkdv": dkdv, "dq_atomic": True})
+    cubin = compile_cached(render(plan))
+    assert not [r for r in cubin.resources if r.spill_stores or r.spill_loads], cubin.resources
+    kernel = attngen.compile(spec)
+    kernel.backward.replace(arch, cubin)
+    for i, shape in enumerate([(1, 17, 17, 8, 1), (2, 1000, 129, 2, 1), (1, 257, 1000, 4, 2), (1, 1, 300, 4, 4),
+                               (1, 1100, 1100, 2, 2)]):
+        q, k, v, dout = _inputs(spec, shape, seed=700 + i)
+        dlse = torch.randn(q.shape[0], q.shape[2], q.shape[1], device="cuda") if i == 2 else None
+        got, want = _grads(kernel, q, k, v, dout, dlse), _reference_grads(spec, q, k, v, dout, dlse)
+        for name, g, r in zip(("dq", "dk", "dv"), got, want, strict=True):
+            assert g.isfinite().all(), f"{spec.name} {tuple(q.shape)}: {name} not finite"
+            err = relative_error(g, r)
+            print(f"bwd grid {spec.name} {tile} q{tuple(q.shape)}: {name} rel err {err:.2e}")
+            assert err < GRAD_TOLERANCE[spec.dtype], f"{spec.name} {tuple(q.shape)}: {name} {err:.2e}"
+    assert kernel.backward.cubin(arch).source.plan.dkdv.warp_rows == 32   # what ran
+
+
 @pytest.mark.parametrize(("mask", "head_dim", "window"), [("causal", 128, None), ("none", 64, None),
                                                           ("sliding_window", 128, (300, 0)),
                                                           ("sliding_window", 64, (200, 100)),

@@ -45,6 +45,9 @@ DKDV_BLOCK_MS = (16, 32, 64, 128)
 DQ_WARPS = (4, 8)
 DQ_BLOCK_NS = (16, 32, 64, 128)
 BWD_STAGES = 2
+#: KV rows of a warp's dK/dV tile in the grid partition (DkdvTiling.warp_rows).
+GRID_WARP_ROWS = 32
+GRID_BLOCK_NS = (64, 128)
 #: Registers beside the accumulators and score tiles (pointers, loop state, fragments, ldmatrix
 #: offsets); calibrated with -Xptxas=-v on sm_90a (benchmarks/NOTES.md).
 BWD_REG_OVERHEAD = 64
@@ -68,17 +71,55 @@ def d_chunks(spec: AttentionSpec) -> list[int]:
 
 
 def dkdv_layout(spec: AttentionSpec, block_n: int, block_m: int, stages: int,
-                dq_atomic: bool = False) -> SmemRegions:
+                dq_atomic: bool = False, grid: bool = False) -> SmemRegions:
     """K and V resident; per stage a Q tile, a dO tile and block_m floats each of lse and D; with
-    atomic dQ, the dS^T tile (rows padded by 16 bytes)."""
+    atomic dQ, the dS^T tile (rows padded by 16 bytes); the grid partition adds a P^T tile like it."""
     e = dtype_trait(spec.dtype).size
     kv, q = block_n * spec.head_dim * e, block_m * spec.head_dim * e
     ds = block_n * (block_m + 8) * e if dq_atomic else 0
-    return SmemRegions.stack([("K", kv), ("V", kv), ("Stages", stages * (2 * q + 2 * block_m * 4)), ("DS", ds)])
+    regions = [("K", kv), ("V", kv), ("Stages", stages * (2 * q + 2 * block_m * 4)), ("DS", ds)]
+    return SmemRegions.stack(regions + ([("PT", ds)] if grid else []))
 
 
 def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_atomic: bool = False) -> int:
     return dkdv_layout(spec, block_n, block_m, stages, dq_atomic).total_bytes
+
+
+@dataclass(frozen=True)
+class GridShape:
+    """The grid partition of a dK/dV block (warp_rows 32): warps_n x warps_c warps; a warp's S^T and dP^T are
+    32 x s_cols, its dK and dV 32 x acc_cols, its dQ part 32 x dq_cols."""
+
+    warps_n: int
+    warps_c: int
+    s_cols: int
+    acc_cols: int
+    dq_cols: int
+
+
+def grid_shape(num_warps: int, block_n: int, block_m: int, d_chunk: int) -> GridShape | None:
+    """The grid partition of (num_warps, block_n, block_m, d_chunk), None where the warps do not tile it in whole
+    k-steps (16 columns) with a power-of-two run of 16-byte chunks per warp (the template's ColumnRun)."""
+    warps_n = block_n // GRID_WARP_ROWS
+    if warps_n == 0 or block_n % GRID_WARP_ROWS or num_warps % warps_n:
+        return None
+    warps_c = num_warps // warps_n
+    s_cols, acc_cols = block_m // warps_c, d_chunk // warps_c
+    dq_m = block_m // GRID_WARP_ROWS
+    if dq_m == 0 or num_warps % dq_m or block_m % warps_c or d_chunk % warps_c:
+        return None
+    dq_cols = d_chunk // (num_warps // dq_m)
+    runs = acc_cols // 8
+    if s_cols % 16 or acc_cols % 16 or dq_cols % 16 or runs & (runs - 1):
+        return None
+    return GridShape(warps_n, warps_c, s_cols, acc_cols, dq_cols)
+
+
+def grid_registers(g: GridShape, info: ArchInfo, tensor_args: int = 0) -> int:
+    """S^T and dP^T (32 x s_cols fp32 each over 32 lanes) or, once they are in shared memory, dQ's part; dK and dV
+    (32 x acc_cols each); the rows partition's overhead and atomic terms."""
+    return (max(2 * g.s_cols, g.dq_cols) + 2 * g.acc_cols + BWD_REG_OVERHEAD + info.extra_registers + 8
+            + ATOMIC_TENSOR_ARG_REGS * tensor_args)
 
 
 def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int, max_cols: int = MAX_ATOMIC_DQ_COLS) -> int | None:
@@ -200,6 +241,27 @@ def dkdv_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str], dq
             continue
         out.append(DkdvTiling(num_warps=warps, block_n=bn, block_m=bm, d_chunk=dc, stages=BWD_STAGES,
                               smem_bytes=smem, smem=layout, regs_estimate=regs))
+    return out
+
+
+def grid_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str],
+                    check_registers: bool = True) -> list[DkdvTiling]:
+    """The grid partition's dK/dV tilings (atomic dQ only) the budget holds."""
+    out = []
+    for warps, bn, bm, dc in itertools.product(DKDV_WARPS, GRID_BLOCK_NS, DKDV_BLOCK_MS, d_chunks(spec)):
+        g = grid_shape(warps, bn, bm, dc)
+        if g is None:
+            rejected.append(f"dkdv grid {bn}x{bm} d_chunk {dc}, {warps} warps: no grid of 32-row warp tiles in "
+                            f"whole 16-column k-steps")
+            continue
+        layout = dkdv_layout(spec, bn, bm, BWD_STAGES, True, grid=True)
+        smem, regs = layout.total_bytes, grid_registers(g, info, tensor_args(spec))
+        why = _check(info, spec, smem, regs if check_registers else 0, max(bn, bm), warps * 32)
+        if why:
+            rejected.append(f"dkdv grid {bn}x{bm} d_chunk {dc}, {warps} warps: {why}")
+            continue
+        out.append(DkdvTiling(num_warps=warps, block_n=bn, block_m=bm, d_chunk=dc, stages=BWD_STAGES,
+                              smem_bytes=smem, smem=layout, regs_estimate=regs, warp_rows=GRID_WARP_ROWS))
     return out
 
 

@@ -214,6 +214,10 @@ class DkdvTiling(_Frozen):
     #: The regions of smem_bytes, offsets computed once (SmemRegions.stack).
     smem: SmemRegions
     regs_estimate: int
+    #: KV rows of a warp's dK/dV tile: 16 (the rows partition: each warp computes its own rows of S^T and dP^T over
+    #: every query of the step and owns all d_chunk columns) or 32 (the grid partition: S^T and dP^T in a 2-D warp
+    #: grid, P^T and dS^T through shared memory, each warp owns a share of the columns).
+    warp_rows: int = 16
 
 
 class DqTiling(_Frozen):
