@@ -37,7 +37,9 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
             continue
         assert isinstance(p, BwdPlan) and len(p.entry_names) == 3
         a, b = p.dkdv, p.dq
-        assert a.smem_bytes == dkdv_smem(spec, a.block_n, a.block_m, a.stages, p.dq_atomic) <= info.smem_per_block
+        grid = a.warp_rows == 32
+        assert not grid or p.dq_atomic, "the grid partition adds dQ with atomics"
+        assert a.smem_bytes == dkdv_smem(spec, a.block_n, a.block_m, a.stages, p.dq_atomic, grid) <= info.smem_per_block
         assert b.smem_bytes == dq_smem(spec, b.block_m, b.block_n, b.stages) <= info.smem_per_block
         assert a.regs_estimate <= 255 and b.regs_estimate <= 255
         assert spec.head_dim % a.d_chunk == 0 and spec.head_dim % b.d_chunk == 0
@@ -138,7 +140,7 @@ def test_backward_layouts_are_computed_once() -> None:
         offsets = [offset for _, offset in t.smem.offsets]
         assert offsets[0] == 0 and offsets == sorted(offsets)
         assert t.smem.total_bytes == t.smem_bytes
-    assert [name for name, _ in tilings[0].smem.offsets] == ["K", "V", "Stages", "DS"]
+    assert [name for name, _ in tilings[0].smem.offsets] == ["K", "V", "Stages", "DS", "PT"]   # the grid's P^T
     assert [name for name, _ in tilings[2].smem.offsets][:4] == ["K", "V", "Q", "DO"]
 
 
@@ -228,3 +230,26 @@ def test_hopper_backward_split_is_bounded_by_its_l2_traffic(head_dim: int) -> No
     hd128 = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), Arch.sm90)
     assert isinstance(hd128, HopperBwdPlan)
     assert dict(hd128.cost.kernels)["dkdv_wgmma"] > 1.2 * l2_us(hd128)
+
+
+@pytest.mark.parametrize(("head_dim", "tile"), [(64, (128, 128, 64)), (128, (128, 64, 128)), (256, (64, 64, 256))])
+def test_sm90_mma_sync_backward_takes_the_grid_partition(head_dim: int, tile: tuple[int, int, int]) -> None:
+    """On sm90 the atomic plans take the grid partition's tiles measured fastest (results/h100/sm80_grid): its
+    shared-memory reads per flop are the lower (the cost model's binding term there), and a deterministic spec
+    keeps the rows partition (its dQ kernel has no grid)."""
+    from attngen.families.sm80_bwd import dkdv_candidates, dkdv_cost, dkdv_smem_reads
+    from attngen.planning.archs import arch_info
+    from attngen.planning.ir import DkdvTiling
+
+    info = arch_info(Arch.sm90)
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", pipeline="multistage")
+    p = Sm80Backward().plan(spec, info)
+    a = p.dkdv
+    assert p.dq_atomic and a.warp_rows == 32 and (a.block_n, a.block_m, a.d_chunk, a.num_warps) == (*tile, 8)
+    rows = Sm80Backward().plan(spec.model_copy(update={"deterministic": True}), info)
+    assert rows.dkdv.warp_rows == 16 and not rows.dq_atomic
+    best_rows = min(dkdv_candidates(spec, info, [], True), key=lambda t: dkdv_cost(spec, info, t, True))
+
+    def flops_per_byte(t: DkdvTiling) -> float:   # S^T, dP^T over the head dim; dV, dK, dQ over the slice
+        return 2 * t.block_n * t.block_m * (2 * head_dim + 3 * t.d_chunk) / dkdv_smem_reads(spec, t, True)
+    assert flops_per_byte(a) > 1.15 * flops_per_byte(best_rows)   # 1.2 at hd64, 1.37 at hd128

@@ -48,9 +48,15 @@ BWD_STAGES = 2
 #: KV rows of a warp's dK/dV tile in the grid partition (DkdvTiling.warp_rows).
 GRID_WARP_ROWS = 32
 GRID_BLOCK_NS = (64, 128)
+#: Warps of a grid block: 8 only (4-warp grids were not measured; one 4-warp block per SM hides little latency).
+GRID_WARPS = (8,)
 #: Registers beside the accumulators and score tiles (pointers, loop state, fragments, ldmatrix
 #: offsets); calibrated with -Xptxas=-v on sm_90a (benchmarks/NOTES.md).
 BWD_REG_OVERHEAD = 64
+#: The grid partition's (its dK/dV and dQ warp tiles take fewer address registers): ptxas fit 128 x 128 at hd64,
+#: 128 x 64 at hd128 and 64 x 64 at hd256 (8 warps, whole head dim) in 253-254 registers without spills on sm_90a
+#: where the rows partition's 64 + 8 estimated 264.
+GRID_REG_OVERHEAD = 48
 #: Registers an atomic dK/dV kernel keeps for each runtime tensor of the variant (its address and the values a step
 #: reads): document_bf16_hd128's packed kernel at 128 x 32 (estimated at 248 without this term) took 255 and
 #: spilled 8 B on sm80.
@@ -81,8 +87,9 @@ def dkdv_layout(spec: AttentionSpec, block_n: int, block_m: int, stages: int,
     return SmemRegions.stack(regions + ([("PT", ds)] if grid else []))
 
 
-def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_atomic: bool = False) -> int:
-    return dkdv_layout(spec, block_n, block_m, stages, dq_atomic).total_bytes
+def dkdv_smem(spec: AttentionSpec, block_n: int, block_m: int, stages: int, dq_atomic: bool = False,
+              grid: bool = False) -> int:
+    return dkdv_layout(spec, block_n, block_m, stages, dq_atomic, grid).total_bytes
 
 
 @dataclass(frozen=True)
@@ -117,9 +124,23 @@ def grid_shape(num_warps: int, block_n: int, block_m: int, d_chunk: int) -> Grid
 
 def grid_registers(g: GridShape, info: ArchInfo, tensor_args: int = 0) -> int:
     """S^T and dP^T (32 x s_cols fp32 each over 32 lanes) or, once they are in shared memory, dQ's part; dK and dV
-    (32 x acc_cols each); the rows partition's overhead and atomic terms."""
-    return (max(2 * g.s_cols, g.dq_cols) + 2 * g.acc_cols + BWD_REG_OVERHEAD + info.extra_registers + 8
+    (32 x acc_cols each); GRID_REG_OVERHEAD and the variant's runtime tensors."""
+    return (max(2 * g.s_cols, g.dq_cols) + 2 * g.acc_cols + GRID_REG_OVERHEAD + info.extra_registers
             + ATOMIC_TENSOR_ARG_REGS * tensor_args)
+
+
+def dkdv_smem_reads(spec: AttentionSpec, t: DkdvTiling, dq_atomic: bool) -> int:
+    """Shared-memory bytes a dK/dV block reads (and the grid writes) per query step: ldmatrix operands of S^T, dP^T,
+    dV, dK and (atomic) dQ's part, summed over the warps. The rows partition's warps each read the step's whole Q
+    and dO tiles twice; the grid's a 32-row share of them and of P^T and dS^T."""
+    e, d, w = dtype_trait(spec.dtype).size, spec.head_dim, t.num_warps
+    bn, bm, dc = t.block_n, t.block_m, t.d_chunk
+    g = grid_shape(w, bn, bm, dc) if t.warp_rows == GRID_WARP_ROWS else None
+    if g is not None:
+        return e * (w * (2 * (32 + g.s_cols) * d + 2 * (32 + g.acc_cols) * bm + (32 + g.dq_cols) * bn)
+                    + 2 * bn * bm)
+    dq_cols = atomic_dq_cols(w, bm, dc, dc) if dq_atomic else None
+    return e * w * (2 * (16 + bm) * d + 2 * bm * dc + ((16 + dq_cols) * bn if dq_cols else 0))
 
 
 def atomic_dq_cols(num_warps: int, block_m: int, d_chunk: int, max_cols: int = MAX_ATOMIC_DQ_COLS) -> int | None:
@@ -171,10 +192,14 @@ def _check(info: ArchInfo, spec: AttentionSpec, smem: int, regs: int, rows: int,
     return None
 
 
-def _relative_time(info: ArchInfo, flops: float, reread_bytes: float, steps: float) -> float:
-    """Microseconds: tensor work, re-reads served mostly by L2 (~3x DRAM bandwidth), per-step overhead."""
+def _relative_time(info: ArchInfo, flops: float, reread_bytes: float, steps: float, smem_bytes: float = 0) -> float:
+    """Microseconds: tensor work or the shared-memory reads that feed it (whichever binds: on the H100 the dK/dV
+    kernels' times followed their shared-memory reads per flop, results/h100/sm80_grid), re-reads served mostly
+    by L2 (~3x DRAM bandwidth), per-step overhead."""
     clk = info.clock_ghz * 1e3
-    return (flops / (info.mma_flops_per_clk * info.num_sms_hint * clk) + reread_bytes / (3 * info.hbm_gbps * 1e3)
+    mma = flops / (info.mma_flops_per_clk * info.num_sms_hint * clk)
+    smem = smem_bytes / (info.smem_bytes_per_clk * info.num_sms_hint * clk)
+    return (max(mma, smem) + reread_bytes / (3 * info.hbm_gbps * 1e3)
             + steps * shared.ITER_OVERHEAD_CLK / (info.num_sms_hint * clk))
 
 
@@ -184,9 +209,12 @@ def dkdv_cost(spec: AttentionSpec, info: ArchInfo, t: DkdvTiling, dq_atomic: boo
     n, d, heads = shared.REF_SEQLEN, spec.head_dim, shared.REF_HIDDEN // spec.head_dim
     e = dtype_trait(spec.dtype).size
     chunks = d // t.d_chunk
+    steps = heads * (n // t.block_n) * chunks * (n // t.block_m)
+    # Atomic dQ: every KV block adds fp32 dQ for every query row, read and written in L2 (twice a read's cost).
+    atomics = heads * (n // t.block_n) * n * d * 4 * 2 if dq_atomic else 0
     return _relative_time(info, heads * n * n * (chunks * 4 * d + (6 if dq_atomic else 4) * d),
-                          heads * (n // t.block_n) * chunks * n * d * 2 * e,
-                          heads * (n // t.block_n) * chunks * (n // t.block_m))
+                          heads * (n // t.block_n) * chunks * n * d * 2 * e + atomics, steps,
+                          steps * dkdv_smem_reads(spec, t, dq_atomic))
 
 
 def dq_cost(spec: AttentionSpec, info: ArchInfo, t: DqTiling) -> float:
@@ -248,7 +276,7 @@ def grid_candidates(spec: AttentionSpec, info: ArchInfo, rejected: list[str],
                     check_registers: bool = True) -> list[DkdvTiling]:
     """The grid partition's dK/dV tilings (atomic dQ only) the budget holds."""
     out = []
-    for warps, bn, bm, dc in itertools.product(DKDV_WARPS, GRID_BLOCK_NS, DKDV_BLOCK_MS, d_chunks(spec)):
+    for warps, bn, bm, dc in itertools.product(GRID_WARPS, GRID_BLOCK_NS, DKDV_BLOCK_MS, d_chunks(spec)):
         g = grid_shape(warps, bn, bm, dc)
         if g is None:
             rejected.append(f"dkdv grid {bn}x{bm} d_chunk {dc}, {warps} warps: no grid of 32-row warp tiles in "
@@ -304,7 +332,8 @@ class Sm80Backward(BackwardFamily):
         arch = info.arch
         rejected: list[str] = []
         dq_atomic = atomic_dq and not spec.deterministic
-        dkdv = sorted(dkdv_candidates(spec, info, rejected, dq_atomic),
+        dkdv = sorted(dkdv_candidates(spec, info, rejected, dq_atomic)
+                      + (grid_candidates(spec, info, rejected) if dq_atomic else []),
                       key=lambda t: dkdv_cost(spec, info, t, dq_atomic))
         if not dkdv and dq_atomic:  # the atomic-free kernels need less: fall back to them
             dq_atomic = False
