@@ -13,7 +13,14 @@ bytes; row-major two-float adds touched twice the L2 sectors and bound the kerne
 dQ. D and the LSE come from row buffers padded per entry to the query step, copied by cp.async. A deterministic
 spec takes the atomic-free kernels instead (7 GEMMs per tile pair, every gradient summed in a fixed order, bitwise
 reproducible). Measured on the H100 at 8k (results/h100/sm80_atomic): the atomic plans 1.14-1.27x the
-atomic-free ones at hd64/128, 0.79-0.87x FlashAttention-2.
+atomic-free ones at hd64/128.
+
+The atomic dK/dV kernel has two warp partitions (DkdvTiling.warp_rows). Rows: each warp owns 16 KV rows and computes
+its S^T and dP^T over the whole step, reading all of Q and dO twice per step. Grid (FlashAttention-2's): S^T and dP^T
+in a 2-D warp grid, P^T and dS^T through shared memory, 32-row dK/dV tiles over a share of the columns: a quarter
+fewer shared-memory reads per flop at hd128. The cost model ranks both by their shared-memory reads per step
+(dkdv_smem_reads), which bound these kernels on the H100: the grid measured 0.92-1.00x FlashAttention-2 at
+hd64/128/256 where the rows partition measured 0.72-0.87x (results/h100/sm80_grid).
 """
 
 from __future__ import annotations
