@@ -56,13 +56,13 @@ COMBINE_THREADS = 128
 def smem_layout(spec: AttentionSpec, t: DecodeTiling) -> SmemRegions:
     """The Q tile, the K/V stages (which the warp merge reuses: fp32 rows of every warp), the merge statistics,
     two slots of a paged tile's rows (K and V element offsets: 16 bytes a key), and the ring of table entries
-    (4 bytes a key) that cp.async fills stages - 1 tiles ahead of their tile's copies."""
+    (4 bytes a key) that cp.async fills `stages` tiles ahead of their tile's copies."""
     e = dtype_trait(spec.dtype).size
     stages = t.stages * 2 * t.tile_keys * spec.head_dim * e
     merge = t.num_warps * BLOCK_M * (spec.head_dim + MERGE_PAD) * 4
     return SmemRegions.stack([("Q", BLOCK_M * spec.head_dim * e), ("Stages", max(stages, merge)),
                               ("Stats", 2 * t.num_warps * BLOCK_M * 4), ("Pages", 2 * t.tile_keys * 16),
-                              ("Table", (t.stages - 1) * t.tile_keys * 4)])
+                              ("Table", t.stages * t.tile_keys * 4)])
 
 
 def register_estimate(spec: AttentionSpec, t: DecodeTiling, info: ArchInfo) -> int:
