@@ -26,7 +26,7 @@ from ..features.mask import MASKS
 from ..features.variant import params_with_variant, variant_of
 from ..planning.archs import ArchInfo
 from ..planning.ir import DecodeCandidate, DecodePlan, DecodeTiling, SmemRegions
-from ..planning.planner_decode import MAX_DECODE_QUERY, DecodeFamily, DecodeShape, LaunchStep
+from ..planning.planner_decode import MAX_DECODE_QUERY, PAGE_SIZES, DecodeFamily, DecodeShape, LaunchStep
 from ..planning.shared import resident_blocks, swizzle_chunks
 from ..planning.splits import MAX_SPLITS, SplitChoice, choose_splits
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, SeqlensKind
@@ -56,13 +56,19 @@ COMBINE_THREADS = 128
 def smem_layout(spec: AttentionSpec, t: DecodeTiling) -> SmemRegions:
     """The Q tile, the K/V stages (which the warp merge reuses: fp32 rows of every warp), the merge statistics,
     two slots of a paged tile's rows (K and V element offsets: 16 bytes a key), and the ring of table entries
-    (4 bytes a key) that cp.async fills `stages` tiles ahead of their tile's copies."""
+    (4 bytes per page a tile touches) that cp.async fills `stages` tiles ahead of their tile's copies."""
     e = dtype_trait(spec.dtype).size
     stages = t.stages * 2 * t.tile_keys * spec.head_dim * e
     merge = t.num_warps * BLOCK_M * (spec.head_dim + MERGE_PAD) * 4
     return SmemRegions.stack([("Q", BLOCK_M * spec.head_dim * e), ("Stages", max(stages, merge)),
                               ("Stats", 2 * t.num_warps * BLOCK_M * 4), ("Pages", 2 * t.tile_keys * 16),
-                              ("Table", t.stages * t.tile_keys * 4)])
+                              ("Table", t.stages * table_entries(t) * 4)])
+
+
+def table_entries(t: DecodeTiling) -> int:
+    """Block-table entries one K/V tile's keys touch at most: pages hold at least min(PAGE_SIZES) keys, and a tile that
+    starts inside a page touches one more."""
+    return t.tile_keys // min(PAGE_SIZES) + 1
 
 
 def register_estimate(spec: AttentionSpec, t: DecodeTiling, info: ArchInfo) -> int:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 #: The longest query (per sequence) a decode kernel serves: speculative decoding's drafts. Longer queries run
 #: the forward kernels.
 MAX_DECODE_QUERY = 16
+#: Page sizes a paged cache may use (rows per block of the pool); the kernels size their table ring by the least.
+PAGE_SIZES = range(16, 257, 16)
 
 
 @dataclass(frozen=True)

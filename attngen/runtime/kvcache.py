@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import env
+from ..planning.planner_decode import PAGE_SIZES
 from .seqlens import check_used_keys
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 #: Remembered decode calls per kernel; past this many shapes the memory starts over.
 REMEMBERED_CALLS = 256
 
-#: Page sizes a paged cache may use (rows per block of the pool).
-PAGE_SIZES = range(16, 257, 16)
 
 
 @dataclass(frozen=True)
