@@ -66,11 +66,12 @@ def test_ready_keeps_the_shape_fields_and_a_run_adds_the_pointers(ready_env: lis
     assert ready.shape == DecodeShape(batch=3, heads=16, kv_heads=2, seqlen_q=2, num_splits=3)
     kept = _fields(ready.struct, ready.template)
     assert {k: kept[k] for k in ("seqlen_q", "seqlen_k", "heads", "kv_heads", "batch", "num_splits", "page_size",
-                                 "table_stride", "q_batch_stride", "q_row_stride", "q_head_stride",
-                                 "k_batch_stride", "k_row_stride", "o_batch_stride", "o_row_stride",
+                                 "table_stride", "page_magic", "page_shift", "q_batch_stride", "q_row_stride",
+                                 "q_head_stride", "k_batch_stride", "k_row_stride", "o_batch_stride", "o_row_stride",
                                  "o_head_stride", "lse_batch_stride", "lse_head_stride")} == {
         "seqlen_q": 2, "seqlen_k": 384, "heads": 16, "kv_heads": 2, "batch": 3, "num_splits": 3, "page_size": 32,
-        "table_stride": 12, "q_batch_stride": 2048, "q_row_stride": 64, "q_head_stride": 128,
+        "table_stride": 12, "page_magic": 2**31, "page_shift": 4, "q_batch_stride": 2048, "q_row_stride": 64,
+        "q_head_stride": 128,
         "k_batch_stride": 4096, "k_row_stride": 128, "o_batch_stride": 2048, "o_row_stride": 1024,
         "o_head_stride": 64, "lse_batch_stride": 32, "lse_head_stride": 2}
     assert not any(kept[k] for k in ("q", "o", "block_table", "o_part"))   # pointers come per run (0 is None)
@@ -107,7 +108,7 @@ def test_one_split_launches_the_split_kernel_alone(ready_env: list[tuple[object,
     ready.run(q, k, k, torch.tensor([3, 64], dtype=torch.int32), None, 1.0, kernels.args(q, [], []))
     assert len(ready_env) == 1
     sent = _fields(ready.struct, ready_env[0][4])  # type: ignore[arg-type]
-    assert not any(sent[k] for k in ("o_part", "lse_part", "block_table", "page_size"))
+    assert not any(sent[k] for k in ("o_part", "lse_part", "block_table", "page_size", "page_magic"))
 
 
 def _call(q: object, k: object, used: object, table: object = None, options: tuple[object, ...] = (None, None, 0)) \
@@ -160,3 +161,19 @@ def test_a_prepared_dependent_launch_keeps_its_configuration() -> None:
     # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, allowed.
     assert (config.attrs[0].id, config.attrs[0].value[0]) == (6, 1)
     assert PreparedLaunch(fn, (7, 2, 3), 128)._config is None
+
+
+@pytest.mark.parametrize("page", [*kvcache.PAGE_SIZES, 2, 3, 7, 1000, 4095])
+def test_page_divisor_divides_every_key_exactly(page: int) -> None:
+    """The kernels' page_of (umulhi by the magic, then the shift) is key // page below 2**31: at every multiple of
+    the page and beside it, over the whole range, and on random keys."""
+    magic, shift = decode.page_divisor(page)
+    assert 0 < magic < 2**32 and shift >= 0
+    gen = torch.Generator().manual_seed(page)
+    keys = torch.cat([torch.arange(0, 1 << 20), torch.randint(0, 2**31, (1 << 20,), generator=gen, dtype=torch.int64),
+                      torch.arange(2**31 - (1 << 16), 2**31)])
+    edges = torch.arange(page, 2**31, max(page, 2**31 // (1 << 20) // page * page), dtype=torch.int64)
+    keys = torch.cat([keys, edges - 1, edges, edges + 1]).clamp(0, 2**31 - 1)
+    got = ((keys * magic) >> 32) >> shift
+    assert torch.equal(got, keys // page)
+

@@ -22,7 +22,7 @@ class Field:
         return f"[{self.array}]" if self.array else ""
 
 
-_PTR, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
+_PTR, _I64, _I32, _U32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_uint32, ctypes.c_float
 
 #: Where each batch entry's sequences sit (the kernels' SeqLens): int32 cumulative lengths of packed
 #: (varlen) queries and keys, the keys each entry uses (a KV cache), the order in which a 3-D grid visits packed
@@ -108,7 +108,8 @@ TILE_TABLE_PARAMS: tuple[Field, ...] = (
 
 #: The decode kernels' block (attngen/families/sm80_decode.py): the forward's, then a paged cache's block table
 #: (int32 rows of table_stride entries, null for a contiguous cache; K and V's batch stride is then the pool's
-#: block stride) and page size, the KV splits, the batch, and the splits' fp32 partial outputs and LSEs.
+#: block stride), page size and its divisor (runtime.decode.page_divisor), the KV splits, the batch, and the
+#: splits' fp32 partial outputs and LSEs.
 DECODE_PARAMS: tuple[Field, ...] = (
     *FWD_PARAMS,
     Field("block_table", "const int*", _PTR),
@@ -116,6 +117,8 @@ DECODE_PARAMS: tuple[Field, ...] = (
     Field("o_part", "float*", _PTR),
     Field("lse_part", "float*", _PTR),
     Field("page_size", "int", _I32),
+    Field("page_magic", "unsigned", _U32),
+    Field("page_shift", "int", _I32),
     Field("num_splits", "int", _I32),
     Field("batch", "int", _I32),
 )

@@ -34,6 +34,17 @@ if TYPE_CHECKING:
 _LOG2E = math.log2(math.e)
 
 
+def page_divisor(page: int) -> tuple[int, int]:
+    """(magic, shift) with key // page == umulhi(key, magic) >> shift for every key below 2**31 (the kernels'
+    page_of): shift = ceil(log2(page)) - 1 and magic = ceil(2**(31 + ceil(log2(page))) / page), which fits 32
+    bits. Why it is exact: magic * page = 2**(32 + shift) + e with 0 <= e < page, so the product exceeds key / page
+    by key * e / (page * 2**(32 + shift)) < 1 / page, which cannot carry key / page past the next integer."""
+    if page < 2:
+        raise ValueError(f"a page holds at least 2 keys for its divisor, got {page}")
+    bits = (page - 1).bit_length()
+    return -(-(1 << (31 + bits)) // page), bits - 1
+
+
 @dataclass(frozen=True)
 class ReadyDecode:
     """A decode call's shape-dependent work, done once: q (batch, seqlen_q, heads, d) over a contiguous cache
@@ -123,6 +134,7 @@ class DecodeKernels(LazyKernels):
         p.lse_batch_stride, p.lse_head_stride = heads * seqlen_q, seqlen_q
         if table is not None:
             p.table_stride = table.stride(0)
+            p.page_magic, p.page_shift = page_divisor(page)
         launches = tuple(PreparedLaunch(self._function(device, arch, step.entry, step.smem_bytes), step.grid,
                                         step.threads, step.dependent) for step in family.steps(plan, shape))
         return ReadyDecode(device=q.device, shape=shape, head_dim=d, struct=struct,
