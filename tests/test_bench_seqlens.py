@@ -29,9 +29,9 @@ def test_decode_options_defaults_and_parsing() -> None:
     assert o.batches == (1, 8, 32, 64) and o.caches == (1024, 4096, 32768, 131072)
     assert o.page_size == 256 and o.peers == ("flash", "cudnn", "fa4")
     o = seqlens.decode_options({"head_dims": "64,128", "heads": 16, "kv_heads": 2, "seqlen_q": 16,
-                                "batches": "2,4", "caches": "512,2k", "peers": "cudnn,none"})
-    assert (o.head_dims, o.heads, o.kv_heads, o.seqlen_q, o.batches, o.caches, o.peers) == \
-        ((64, 128), 16, 2, 16, (2, 4), (512, 2048), ("cudnn",))
+                                "batches": "2,4", "caches": "512,2k", "peers": "cudnn,none", "page_size": 16})
+    assert (o.head_dims, o.heads, o.kv_heads, o.seqlen_q, o.batches, o.caches, o.peers, o.page_size) == \
+        ((64, 128), 16, 2, 16, (2, 4), (512, 2048), ("cudnn",), 16)
 
 
 @pytest.mark.parametrize(("opts", "message"), [
@@ -39,6 +39,9 @@ def test_decode_options_defaults_and_parsing() -> None:
     ({"seqlen_q": 17}, "--seqlen-q must be 1..16"),
     ({"heads": 32, "kv_heads": 5}, "multiple of --kv-heads"),
     ({"caches": "1000"}, "multiples of the page size 256"),
+    ({"caches": "1k", "page_size": 48}, "multiples of the page size 48"),
+    ({"page_size": 8}, "--page-size must be a multiple of 16 from 16 to 256, got 8"),
+    ({"page_size": 200}, "--page-size must be a multiple of 16 from 16 to 256, got 200"),
     ({"batches": "x"}, "--batches:"),
     ({"caches": ""}, "--caches: an empty list"),
     ({"peers": "efficient"}, "--peers: unknown peer(s) efficient"),

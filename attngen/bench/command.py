@@ -81,6 +81,8 @@ def bench(
     heads: Annotated[int | None, typer.Option(
         "--heads", help="--decode / --varlen: query heads (default 32 / 16).")] = None,
     kv_heads: Annotated[int, typer.Option("--kv-heads", help="--decode: KV heads (GQA).")] = 8,
+    page_size: Annotated[int, typer.Option(
+        "--page-size", help="--decode: keys per block of the paged cache (16..256, a multiple of 16).")] = 256,
     memory_gib: Annotated[float, typer.Option(
         "--memory-gib", help="--decode: skip points whose cache plus its copy repeated to the query heads would "
                              "pass this many GiB.")] = 40.0,

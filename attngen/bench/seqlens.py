@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..planning.planner_decode import PAGE_SIZES
 from .model import ELEM_BYTES, parse_ints, parse_seqlen
 
 DECODE_PREFIX, VARLEN_PREFIX = "attngen-bench-decode", "attngen-bench-varlen"
@@ -58,6 +59,8 @@ class DecodeOptions:
             raise ValueError(f"--seqlen-q must be 1..{MAX_SEQLEN_Q}, got {self.seqlen_q}")
         if self.kv_heads <= 0 or self.heads % self.kv_heads:
             raise ValueError(f"--heads ({self.heads}) must be a multiple of --kv-heads ({self.kv_heads})")
+        if self.page_size not in PAGE_SIZES:
+            raise ValueError(f"--page-size must be a multiple of 16 from 16 to 256, got {self.page_size}")
         bad = [c for c in self.caches if c % self.page_size]
         if bad:
             raise ValueError(f"cache lengths must be multiples of the page size {self.page_size}; got {bad}")
@@ -123,6 +126,7 @@ def decode_options(opts: dict[str, Any]) -> DecodeOptions:
     return DecodeOptions(
         head_dims=_opt("--head-dims", parse_ints, _get(opts, "head_dims", "128")),
         heads=_get(opts, "heads", 32), kv_heads=opts.get("kv_heads", 8), seqlen_q=opts.get("seqlen_q", 1),
+        page_size=opts.get("page_size", PAGE_SIZE),
         batches=_opt("--batches", parse_ints, _get(opts, "batches", "1,8,32,64")),
         caches=_opt("--caches", parse_lengths, _get(opts, "caches", "1k,4k,32k,128k")),
         memory_gib=float(opts.get("memory_gib", 40.0)), dtype=_get(opts, "dtype", "bf16"),
