@@ -5,7 +5,8 @@ memory, and what matters is that every SM keeps enough bytes in flight and that 
 So a block packs the query heads of one KV head (a GQA group) times the query positions into the 16 rows of
 one mma.sync tile, its warps split every K/V tile by keys, and blocks split each entry's keys into runs
 (planning.splits) whose fp32 partials a combine kernel merges by their LSE. K/V rows come from a contiguous
-cache or, through the block table, from a paged pool, by cp.async, so paging costs one table read per row.
+cache or, through the block table, from a paged pool, by cp.async; a paged tile's table entries (one per page it
+touches) are copied by cp.async with the K/V of the tile `stages` before it, so the loop never waits on the table.
 
 The budget lives here: `smem_layout` (bytes), `register_estimate`, and the in-flight bytes each candidate keeps
 per SM (`evaluate`). Template attn_decode.cu.j2, parameter block abi.DECODE_PARAMS.
