@@ -78,6 +78,27 @@ def test_rejections_carry_their_arithmetic() -> None:
     assert spilled and all("registers per thread" in c.reason and "spill" in c.reason for c in spilled)
 
 
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_the_measured_single_buffer_tiling_outranks_the_model_only_where_measured(mask: str) -> None:
+    """sm80_fwd.MEASURED: hd256 multistage on sm90 takes 64 x 64, 4 warps, one K/V buffer (two blocks an SM) and says
+    why; the same tiling is refused with its reason on other archs, and a spec that names its stages keeps them."""
+    spec = hd256(mask=mask, pipeline={"kind": "multistage"})
+    p = plan(spec, Arch.sm90)
+    t = p.tiling
+    assert (t.block_m, t.block_n, t.num_warps, t.stages, t.q_in_regs) == (64, 64, 4, 1, False)
+    assert p.smem_bytes == 64 * 256 * 2 * 3 and p.reason.startswith("measured fastest on the H100")
+    assert "the model's best" in p.reason
+    for arch in (Arch.sm80, Arch.sm100):
+        other = plan(spec, arch)
+        assert other.tiling.stages >= 2
+        single = [c for c in other.candidates if c.tiling.stages == 1]
+        assert single and all(not c.fits and "one K/V buffer is measured only where MEASURED names it (sm90 hd256)"
+                              in c.reason for c in single)
+    pinned = plan(hd256(mask=mask, pipeline={"kind": "multistage", "stages": 2}), Arch.sm90)
+    assert pinned.tiling.stages == 2 and all(c.tiling.stages == 2 for c in pinned.candidates)
+    assert plan(AttentionSpec(head_dim=128, dtype="bf16", pipeline={"kind": "multistage"}), Arch.sm90).tiling.stages >= 2
+
+
 def test_every_fitting_candidate_is_within_budget_and_the_cheapest_is_chosen() -> None:
     for path in CATALOGUE:
         spec = load_spec(path)
