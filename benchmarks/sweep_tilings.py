@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attngen.codegen.renderer import render
 from attngen.planning.ir import WarpSpecializedTiling
-from attngen.planning.planner import plan, plan_with
+from attngen.planning.planner import plan, plan_with, rank_time
 from attngen.runtime.kernel import AttentionKernel, current_arch
 from attngen.spec.model import AttentionSpec
 from attngen.toolchain.compiler import compile_source
@@ -67,7 +67,7 @@ def main() -> int:
                 ms_cudnn = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
             ref = ref.transpose(1, 2).float()
             base = plan(spec, arch)
-            fitting = sorted((c for c in base.candidates if c.fits), key=lambda c: c.cost.predicted_us)
+            fitting = sorted((c for c in base.candidates if c.fits), key=rank_time)   # the planner's order
             for i, cand in enumerate(fitting[: args.max_candidates]):
                 t0 = time.perf_counter()
                 try:
