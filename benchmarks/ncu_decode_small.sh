@@ -6,7 +6,7 @@ dir=$OUT/ncu_decode_small
 mkdir -p "$dir"
 args="--shape ${SHAPE:-1x1024} --page ${PAGE:-256}"
 python3 benchmarks/profile_decode_small.py $args || exit 1
-ncu --clock-control none -k "regex:split" -s 4 -c 2 --set full --import-source no -f -o "$dir/decode" \
+ncu --clock-control none -k "regex:_split$" -s 4 -c 2 --set full --import-source no -f -o "$dir/decode" \
   python3 benchmarks/profile_decode_small.py $args > "$dir/ncu.log" 2>&1
 ncu -i "$dir/decode.ncu-rep" --page details > "$dir/details.txt" 2>&1
 ncu -i "$dir/decode.ncu-rep" --page source --csv --print-source sass > "$dir/sass.csv" 2>&1

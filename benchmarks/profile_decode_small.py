@@ -1,7 +1,7 @@
 """One small decode call, contiguous then paged (the contiguous cache's memory as a pool in its own order, as the
 bench lays it out), for Nsight Compute: hd128 bf16, 32 query heads over 8 KV heads, seqlen_q 1.
 
-    ncu -k regex:split -s 4 -c 2 --set full python benchmarks/profile_decode_small.py --shape 1x1024 --page 256
+    ncu -k "regex:_split$" -s 4 -c 2 --set full python benchmarks/profile_decode_small.py --shape 1x1024 --page 256
 """
 
 from __future__ import annotations
