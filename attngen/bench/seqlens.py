@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..planning.planner_decode import PAGE_SIZES
+from ..planning.planner_decode import PAGE_SIZES, PAGE_SIZES_TEXT
 from .model import ELEM_BYTES, parse_ints, parse_seqlen
 
 DECODE_PREFIX, VARLEN_PREFIX = "attngen-bench-decode", "attngen-bench-varlen"
@@ -60,7 +60,7 @@ class DecodeOptions:
         if self.kv_heads <= 0 or self.heads % self.kv_heads:
             raise ValueError(f"--heads ({self.heads}) must be a multiple of --kv-heads ({self.kv_heads})")
         if self.page_size not in PAGE_SIZES:
-            raise ValueError(f"--page-size must be a multiple of 16 from 16 to 256, got {self.page_size}")
+            raise ValueError(f"--page-size must be {PAGE_SIZES_TEXT}, got {self.page_size}")
         bad = [c for c in self.caches if c % self.page_size]
         if bad:
             raise ValueError(f"cache lengths must be multiples of the page size {self.page_size}; got {bad}")

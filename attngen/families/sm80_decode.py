@@ -173,7 +173,8 @@ class Sm80Decode(DecodeFamily):
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
                 "swizzle_chunks": swizzle_chunks(plan.spec.head_dim, dtype_trait(plan.spec.dtype).size),
                 "min_blocks_per_sm": plan.min_blocks_per_sm, "combine_threads": COMBINE_THREADS,
-                "overlap_combine": plan.overlap_combine, "max_splits": MAX_SPLITS, "params": fields,
+                "overlap_combine": plan.overlap_combine, "max_splits": MAX_SPLITS,
+                "table_entries": table_entries(plan.tiling), "params": fields,
                 "params_layout": layout(fields)}
 
     def steps(self, plan: DecodePlan, shape: DecodeShape) -> tuple[LaunchStep, ...]:

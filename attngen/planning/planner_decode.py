@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 MAX_DECODE_QUERY = 16
 #: Page sizes a paged cache may use (rows per block of the pool); the kernels size their table ring by the least.
 PAGE_SIZES = range(16, 257, 16)
+#: The allowed page sizes as errors name them.
+PAGE_SIZES_TEXT = f"a multiple of {PAGE_SIZES.step} from {PAGE_SIZES.start} to {PAGE_SIZES[-1]}"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import env
-from ..planning.planner_decode import PAGE_SIZES
+from ..planning.planner_decode import PAGE_SIZES, PAGE_SIZES_TEXT
 from .seqlens import check_used_keys
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def _check_cache(q: Any, k_cache: Any, v_cache: Any, block_table: Any) -> CacheS
                          f"got {got}")
     page = k_cache.shape[1]
     if page not in PAGE_SIZES:
-        raise ValueError(f"a paged cache's page_size (k_cache.shape[1]) must be a multiple of 16 from 16 to 256, "
+        raise ValueError(f"a paged cache's page_size (k_cache.shape[1]) must be {PAGE_SIZES_TEXT}, "
                          f"got {page}")
     if env.check_seqlens():
         _check_table_values(block_table, k_cache.shape[0])

@@ -1434,19 +1434,22 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
   auto v_tile = [&](int stage) {
     return reinterpret_cast<elem_t*>(smem + kSmemKV + stage * kStageBytes + kKTileBytes);
   };
-  auto load_kv = [&](int n_block, int stage) {
+  auto load_k = [&](int n_block, int stage) {
     load_tile<kBlockN, kThreads>(k_tile(stage), k_base, p.k_row_stride, n_block * kBlockN, kv_limit);
+  };
+  auto load_v = [&](int n_block, int stage) {
     load_tile<kBlockN, kThreads>(v_tile(stage), v_base, p.v_row_stride, n_block * kBlockN, kv_limit);
   };
 
-  // Prologue: Q and the first kStages - 1 KV blocks, one commit group each (Q joins the first). `fetch` is
-  // the next KV block to load, kStages - 1 visits ahead of the compute cursor.
   load_tile<kBlockM, kThreads>(q_tile, q_base, p.q_row_stride, 0, row_limit);
   using Walk = KvWalk<Params, kBlockM, kBlockN>;
-  KvWalk<Params, kBlockM, kBlockN, false> fetch(var, m_block, range);   // loads need no tile class
+  KvWalk<Params, kBlockM, kBlockN, false> fetch(var, m_block, range);   // the next KV block to load (no tile class)
+  // Prologue: Q and the first kStages - 1 KV blocks, one commit group each (Q joins the first). `fetch` is
+  // kStages - 1 visits ahead of the compute cursor.
   auto fetch_next = [&](int stage) {
     if (!fetch.done()) {
-      load_kv(fetch.n, stage);
+      load_k(fetch.n, stage);
+      load_v(fetch.n, stage);
       fetch.next();
     }
     cp_async_commit();
@@ -1475,8 +1478,7 @@ __device__ __forceinline__ void fwd_block(const Params& p, unsigned char* smem) 
           for (int kk = 0; kk < kKSteps; ++kk) load_q_frag(qf[t][kk], q_addr, ldm, t, kk);
       }
     }
-    const int stage = it % kStages;
-    const u32 k_addr = kv_addr + stage * kStageBytes;
+    const u32 k_addr = kv_addr + (it % kStages) * kStageBytes;
     gemm_qk(f, qf, q_addr, k_addr, ldm);
     if constexpr (kRefillLate) refill();
     if (walk.needs_mask()) {
