@@ -2,7 +2,8 @@
 configuration: the timing half of an A/B between two checkouts, each run in its own process (PYTHONPATH picks the
 checkout).
 
-    PYTHONPATH=/tmp/base python3 benchmarks/time_bwd.py --tag base [--forward] [--head-dims 128] [--seqlens 2048,8192]
+    PYTHONPATH=/tmp/base python3 benchmarks/time_bwd.py --tag base [--forward] [--deterministic] [--head-dims 128] \
+        [--seqlens 2048,8192]
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from attngen.bench.measure import time_ms
 from attngen.spec.model import AttentionSpec
 
 
-def tflops(head_dim: int, seqlen: int, causal: bool, forward: bool) -> float:
-    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal" if causal else "none")
+def tflops(head_dim: int, seqlen: int, causal: bool, forward: bool, deterministic: bool = False) -> float:
+    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal" if causal else "none",
+                         deterministic=deterministic)
     kernel = attngen.compile(spec)
     batch, heads = max(1, 16384 // seqlen), 2048 // head_dim
     q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16,
@@ -35,13 +37,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tag", required=True)
     parser.add_argument("--forward", action="store_true", help="time the forward instead of the backward")
+    parser.add_argument("--deterministic", action="store_true", help="the deterministic specs")
     parser.add_argument("--head-dims", default="128")
     parser.add_argument("--seqlens", default="2048,8192")
     args = parser.parse_args()
     for d in map(int, args.head_dims.split(",")):
         for s in map(int, args.seqlens.split(",")):
             for causal in (False, True):
-                rate = tflops(d, s, causal, args.forward)
+                rate = tflops(d, s, causal, args.forward, args.deterministic)
                 print(f"{args.tag} hd{d} s{s} {'causal' if causal else 'none'}: {rate:.0f} TFLOP/s", flush=True)
 
 

@@ -231,3 +231,35 @@ def test_ordered_dq_semaphores_never_deadlock(name: str, visible, descending: bo
     assert _ordered_dq_completes(visits, descending, ordered_passes=True), name
     unordered = _ordered_dq_completes(visits, descending, ordered_passes=False)
     assert unordered == (name in ("causal", "none")), name
+
+
+@pytest.mark.parametrize("grid", [(128, 8, 2), (16, 8, 8), (64, 32, 2), (7, 3, 5), (5, 2, 1), (1, 1, 1), (33, 6, 4)])
+@pytest.mark.parametrize("chains", [1, 2, 4, 8])
+def test_dkdv_slots_are_a_permutation_that_dispatches_a_chains_ranks_in_order(grid, chains: int) -> None:
+    """Every (rank, KV head, entry) once; within a chain, rank r's block is dispatched (x fastest, then y, then z)
+    after rank r - 1's, which an ordered dQ's waits need to be deadlock-free; the blocks dispatched together spread
+    over g chains (the largest power of two dividing the chain count, up to `chains`)."""
+    from attngen.families.sm90_dq_tiles import dkdv_slot
+
+    gx, gy, gz = grid
+    linear = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
+    slots = [dkdv_slot(b, grid, chains) for b in linear]
+    assert sorted(slots) == sorted((r, y, z) for r in range(gx) for y in range(gy) for z in range(gz))
+    order = {s: i for i, s in enumerate(slots)}
+    assert all(order[(r - 1, y, z)] < order[(r, y, z)] for (r, y, z) in slots if r)
+    g = min(chains, (gy * gz) & -(gy * gz))
+    first = {(y, z) for (_, y, z) in slots[:g]}
+    assert len(first) == g
+    last = (gx - 1, gy - 1, gz - 1)
+    assert dkdv_slot((0, 0, 0), grid, 1) == (0, 0, 0) and dkdv_slot(last, grid, 1) == last
+
+
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_ordered_dq_interleaves_chains_and_the_default_keeps_the_grid(head_dim: int) -> None:
+    from attngen.families.sm90_dq_tiles import ORDERED_DQ_CHAINS
+
+    det = build.build_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", deterministic=True), "sm90")
+    assert det.source.plan.dkdv_wgmma.dq_chains == ORDERED_DQ_CHAINS > 1
+    assert f"constexpr int kDqChains = {ORDERED_DQ_CHAINS};" in det.source.code
+    default = build.build_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16"), "sm90")
+    assert default.source.plan.dkdv_wgmma.dq_chains == 1 and "constexpr int kDqChains = 1;" in default.source.code

@@ -14,6 +14,12 @@ if TYPE_CHECKING:
 DQ_CONVERT_THREADS = 256
 #: How dQ reaches a tile-ordered accumulator and dQ, for plan_line and explain (both consumer structures).
 TILED_DQ_PATH = "red.global.add.v4.f32 into a tile-ordered accumulator, then dq_convert"
+#: Chains (the KV blocks of one entry and KV head) an ordered dQ interleaves in dispatch order, at most
+#: (HopperBwdTiling.dq_chains). A tile's semaphore admits a chain's blocks one at a time, so blocks of one chain
+#: resident together start a tile's reduction apart: one chain filling the SMs (128 KV blocks of hd256 at 8k) skews
+#: its last block by ~128 reductions, measured 0.60-0.63 of the default at hd256 (results/h100/det_split). Spread
+#: over 8 chains the skew is ~16; more chains read more heads' Q, dO and dQ from HBM per wave.
+ORDERED_DQ_CHAINS = 8
 #: Rows and columns of a box of the tile-ordered dQ accumulator (one wgmma dQ product of 64 queries x 64 columns).
 DQ_BOX = 64
 
@@ -63,3 +69,18 @@ def tiled_dq_rows(accum: torch.Tensor, block_m: int, entry_rows: list[int], swap
         out.append(dense.reshape(heads, tiles * block_m, d)[:, :rows].transpose(0, 1))
         flat += rows
     return torch.cat(out)
+
+
+def dkdv_slot(block: tuple[int, int, int], grid: tuple[int, int, int], chains: int) -> tuple[int, int, int]:
+    """The (rank, KV head, entry slot) of the sm90 dK/dV block at blockIdx `block` of `grid` (dkdv_slot in
+    hopper_bwd.cuh.j2). Chain y + Y z is KV head y of entry slot z; with `chains` > 1 (HopperBwdTiling.dq_chains)
+    groups of g chains, g the largest power of two dividing Y Z up to `chains`, take their g X blocks in dispatch
+    order rank by rank, so a block's lower ranks in its chain are dispatched before it."""
+    (x, y, z), (gx, gy, gz) = block, grid
+    if chains <= 1:
+        return x, y, z
+    chain = y + gy * z
+    g = min(chains, (gy * gz) & -(gy * gz))
+    w = (chain % g) * gx + x
+    mine = chain - chain % g + w % g
+    return w // g, mine % gy, mine // gy
