@@ -19,7 +19,7 @@ TILED_DQ_PATH = "red.global.add.v4.f32 into a tile-ordered accumulator, then dq_
 #: resident together start a tile's reduction apart: one chain filling the SMs (128 KV blocks of hd256 at 8k) skews
 #: its last block by ~128 reductions, measured 0.60-0.63 of the default at hd256 (results/h100/det_split). Spread
 #: over 8 chains the skew is ~16; more chains read more heads' Q, dO and dQ from HBM per wave.
-ORDERED_DQ_CHAINS = 8
+ORDERED_DQ_CHAINS = 1
 #: Rows and columns of a box of the tile-ordered dQ accumulator (one wgmma dQ product of 64 queries x 64 columns).
 DQ_BOX = 64
 
