@@ -44,7 +44,7 @@ def ready_env(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     """DecodeKernels without a GPU: sm90, 132 SMs, entry points that are names, launches recorded."""
     launched: list[tuple[object, ...]] = []
     monkeypatch.setattr(decode, "current_arch", lambda device=None: Arch.sm90)
-    monkeypatch.setattr(decode, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(decode, "sm_count", lambda index: 132)
     monkeypatch.setattr(decode.DecodeKernels, "_function",
                         lambda self, index, arch, entry, smem: LoadedFunction(entry, None, 4096, smem))
     monkeypatch.setattr(decode, "stream_handle", lambda index: 77)

@@ -254,12 +254,25 @@ def test_dkdv_slots_are_a_permutation_that_dispatches_a_chains_ranks_in_order(gr
     assert dkdv_slot((0, 0, 0), grid, 1) == (0, 0, 0) and dkdv_slot(last, grid, 1) == last
 
 
-@pytest.mark.parametrize("head_dim", [128, 256])
-def test_ordered_dq_interleaves_chains_and_the_default_keeps_the_grid(head_dim: int) -> None:
-    from attngen.families.sm90_dq_tiles import ORDERED_DQ_CHAINS
+@pytest.mark.parametrize(("kv_blocks", "chains", "sms", "want"), [
+    (32, 64, 132, 4), (128, 16, 132, 1), (64, 32, 132, 2), (16, 128, 132, 8), (8, 128, 132, 8), (16, 6, 132, 2),
+    (16, 3, 132, 1), (1000, 8, 132, 1), (1, 1, 132, 1), (32, 64, 108, 2)])
+def test_dq_chains_are_the_chains_one_wave_holds_dividing_the_grid(kv_blocks: int, chains: int, sms: int,
+                                                                    want: int) -> None:
+    from attngen.families.sm90_dq_tiles import ORDERED_DQ_CHAINS, dq_chains
 
-    det = build.build_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16", deterministic=True), "sm90")
-    assert det.source.plan.dkdv_wgmma.dq_chains == ORDERED_DQ_CHAINS >= 1
-    assert f"constexpr int kDqChains = {ORDERED_DQ_CHAINS};" in det.source.code
-    default = build.build_bwd(AttentionSpec(head_dim=head_dim, dtype="bf16"), "sm90")
-    assert default.source.plan.dkdv_wgmma.dq_chains == 1 and "constexpr int kDqChains = 1;" in default.source.code
+    got = dq_chains(kv_blocks, chains, sms)
+    assert got == want and got & (got - 1) == 0 and chains % got == 0 and got <= ORDERED_DQ_CHAINS
+    with pytest.raises(ValueError, match="positive"):
+        dq_chains(0, chains, sms)
+
+
+def test_ordered_dq_reads_its_chains_from_the_parameters_and_the_default_keeps_the_grid() -> None:
+    from attngen.codegen.abi import BWD_PARAMS
+
+    assert "dq_chains" in [f.name for f in BWD_PARAMS]
+    for deterministic in (True, False):
+        spec = AttentionSpec(head_dim=256, dtype="bf16", deterministic=deterministic)
+        code = build.build_bwd(spec, "sm90").source.code
+        assert "p.dq_chains" in code and "int dq_chains;" in code
+        assert f"constexpr bool kOrderedDq = {'true' if deterministic else 'false'};" in code

@@ -47,7 +47,7 @@ from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
-from .sm90_dq_tiles import ORDERED_DQ_CHAINS, TILED_DQ_PATH
+from .sm90_dq_tiles import TILED_DQ_PATH
 
 #: The head dims where each consumer warpgroup owns 64 KV rows and all of head_dim: its dK and dV accumulators
 #: (head_dim fp32 registers per consumer thread together) leave room for the scores only up to 128. Measured on
@@ -178,8 +178,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
-                           regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq,
-                           dq_chains=ORDERED_DQ_CHAINS if ordered_dq else 1, dq_red=red,
+                           regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED)
 
 

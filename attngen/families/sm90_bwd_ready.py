@@ -14,9 +14,10 @@ from ..planning.ir import HopperBwdPlan
 from ..planning.planner_bwd import LoadFunction
 from ..runtime import backward as rt
 from ..runtime import tile_table, tma
+from ..runtime.device import sm_count
 from ..runtime.driver import PreparedLaunch
 from ..runtime.prepared import ParamTemplate, copied
-from .sm90_dq_tiles import DQ_CONVERT_THREADS
+from .sm90_dq_tiles import DQ_CONVERT_THREADS, dq_chains
 
 if TYPE_CHECKING:
     import torch
@@ -85,16 +86,20 @@ def prepare(plan: HopperBwdPlan, function: LoadFunction, call: rt.BwdCall) -> Re
     pre, dkdv = plan.entry_names[:2]
     fields = call.args.fields
     dkdv_launch = convert = None
+    hopper = rt.param_template(with_variant(HOPPER_BWD_PARAMS, fields), b, call)
     if seqs.seqlen_k:
         grid = (-(-seqs.seqlen_k // h.block_n), call.k.shape[2], seqs.batch)
         dkdv_launch = PreparedLaunch(function(dkdv, h.smem_bytes), grid, h.threads, dependent=plan.dependent_launch)
+        if h.ordered_dq:
+            chains = dq_chains(grid[0], grid[1] * grid[2], sm_count(call.q.device.index))
+            hopper = ParamTemplate(hopper.make(lambda p: setattr(p, "dq_chains", chains)))
     if h.dq_red and seqs.seqlen_q:
         # One block per (query tile, head, entry) of the tile-ordered accumulator: dQ scaled, in the input dtype.
         convert = PreparedLaunch(function(plan.entry_names[2], 0), seqs.grid(h.block_m), DQ_CONVERT_THREADS,
                                  dependent=plan.dependent_launch)
     return ReadyHopperBackward(
         plan=plan, copies=copies, pre=rt.param_template(with_variant(BWD_PARAMS, fields), b, call),
-        hopper=rt.param_template(with_variant(HOPPER_BWD_PARAMS, fields), b, call), maps=maps,
+        hopper=hopper, maps=maps,
         buffer_maps=buffer_maps,
         preprocess=rt.preprocess(function, pre, plan.preprocess_rows, seqs, b, tiles_entry,
                                  dependent=plan.dependent_launch),

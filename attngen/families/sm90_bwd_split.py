@@ -24,7 +24,7 @@ from ..planning.archs import ArchInfo
 from ..planning.ir import HopperBwdTiling, SmemRegions, SplitRole
 from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
 from ..spec.model import AttentionSpec
-from .sm90_dq_tiles import ORDERED_DQ_CHAINS, TILED_DQ_PATH
+from .sm90_dq_tiles import TILED_DQ_PATH
 
 #: Consumer registers beside the accumulators and score tiles (pointers, loop state, the query window);
 #: calibrated with -Xptxas=-v on sm_90a for the unsplit kernel, which shares the loop.
@@ -124,8 +124,7 @@ def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                            consumer_regs=consumer_regs, dq_cols=BOX, dq_col_step=0, dq_query_step=0,
                            dkv_from_smem=True, smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                            schedule_words=schedule_words(spec), split=roles, split_by_product=product,
-                           dq_red=SPLIT_DQ_V4, ordered_dq=spec.deterministic,
-                           dq_chains=ORDERED_DQ_CHAINS if spec.deterministic else 1)
+                           dq_red=SPLIT_DQ_V4, ordered_dq=spec.deterministic)
 
 
 def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:

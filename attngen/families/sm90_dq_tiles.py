@@ -14,12 +14,9 @@ if TYPE_CHECKING:
 DQ_CONVERT_THREADS = 256
 #: How dQ reaches a tile-ordered accumulator and dQ, for plan_line and explain (both consumer structures).
 TILED_DQ_PATH = "red.global.add.v4.f32 into a tile-ordered accumulator, then dq_convert"
-#: Chains (the KV blocks of one entry and KV head) an ordered dQ interleaves in dispatch order, at most
-#: (HopperBwdTiling.dq_chains). A tile's semaphore admits a chain's blocks one at a time, so blocks of one chain
-#: resident together start a tile's reduction apart: one chain filling the SMs (128 KV blocks of hd256 at 8k) skews
-#: its last block by ~128 reductions, measured 0.60-0.63 of the default at hd256 (results/h100/det_split). Spread
-#: over 8 chains the skew is ~16; more chains read more heads' Q, dO and dQ from HBM per wave.
-ORDERED_DQ_CHAINS = 1
+#: Chains (the KV blocks of one entry and KV head) an ordered dQ interleaves in dispatch order, at most (dq_chains).
+#: More chains beside each other read more heads' Q, dO and dQ from HBM per wave.
+ORDERED_DQ_CHAINS = 8
 #: Rows and columns of a box of the tile-ordered dQ accumulator (one wgmma dQ product of 64 queries x 64 columns).
 DQ_BOX = 64
 
@@ -71,11 +68,28 @@ def tiled_dq_rows(accum: torch.Tensor, block_m: int, entry_rows: list[int], swap
     return torch.cat(out)
 
 
+def dq_chains(kv_blocks: int, chains: int, sms: int) -> int:
+    """How many chains (entry, KV head) of `kv_blocks` KV blocks each an ordered dQ's dK/dV grid interleaves in dispatch
+    order (BwdParams.dq_chains): as many as fit beside each other in one wave of `sms` blocks, a power of two
+    dividing `chains`, at most ORDERED_DQ_CHAINS. A tile's semaphore admits a chain's blocks one at a time; one chain
+    filling the SMs pays its ranks' stagger in every wave's first tiles, where chains side by side overlap it.
+    Measured on the H100 (results/h100/dq_chains/after_grant, deterministic TFLOP/s, interleaving 1 / 2 / 4): hd256
+    2k (32 KV blocks a chain) 230 / 253 / 282 unmasked, 223 / 233 / 240 causal; hd128 8k (64) 473 / 494 / 460 and
+    436 / 454 / 427; hd256 8k (128) 312 / 335 / 316 and 310 / 296 / 217 (a causal order's long blocks last)."""
+    if kv_blocks < 1 or chains < 1 or sms < 1:
+        raise ValueError(f"kv_blocks, chains and sms must be positive, got {kv_blocks}, {chains}, {sms}")
+    fit = min(ORDERED_DQ_CHAINS, max(1, sms // kv_blocks))
+    g = 1
+    while 2 * g <= fit and chains % (2 * g) == 0:
+        g *= 2
+    return g
+
+
 def dkdv_slot(block: tuple[int, int, int], grid: tuple[int, int, int], chains: int) -> tuple[int, int, int]:
     """The (rank, KV head, entry slot) of the sm90 dK/dV block at blockIdx `block` of `grid` (dkdv_slot in
-    hopper_bwd.cuh.j2). Chain y + Y z is KV head y of entry slot z; with `chains` > 1 (HopperBwdTiling.dq_chains)
-    groups of g chains, g the largest power of two dividing Y Z up to `chains`, take their g X blocks in dispatch
-    order rank by rank, so a block's lower ranks in its chain are dispatched before it."""
+    hopper_bwd.cuh.j2). Chain y + Y z is KV head y of entry slot z; with `chains` > 1 (dq_chains) groups of g chains,
+    g the largest power of two dividing Y Z up to `chains`, take their g X blocks in dispatch order rank by rank, so
+    a block's lower ranks in its chain are dispatched before it."""
     (x, y, z), (gx, gy, gz) = block, grid
     if chains <= 1:
         return x, y, z

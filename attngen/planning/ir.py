@@ -282,11 +282,6 @@ class HopperBwdTiling(_Frozen):
     #: dQ's reductions ordered by per-tile semaphores (deterministic specs): each tile's parts are added in the
     #: KV blocks' dispatch order, so dQ is bitwise reproducible.
     ordered_dq: bool = False
-    #: With ordered_dq: at most this many chains (the KV blocks of one entry and KV head, which an ordered dQ admits
-    #: to a query tile one at a time) interleave in dispatch order, so the blocks resident together spread over that
-    #: many chains instead of filling the SMs with one chain's ranks, each a tile's reduction behind the one before
-    #: (the largest power of two dividing kv_heads x entries, up to this; 1: chain after chain).
-    dq_chains: int = 1
     #: dQ is added from registers by red.global.add.v4.f32 into a tile-ordered fp32 accumulator (per-entry padded
     #: query tiles of block_m x head_dim, each 64 x 64 box of a tile in wgmma fragment order: 512 contiguous bytes a
     #: warp), which the dq_convert kernel turns into dQ. Else the row-major accumulator (flash_attn's layout) that

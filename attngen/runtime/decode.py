@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from .. import env
@@ -22,7 +21,7 @@ from ..codegen.abi import DECODE_PARAMS, set_strides, struct_of, with_variant
 from ..planning.planner_decode import DecodeShape, decode_family
 from ..spec.model import AttentionSpec
 from .backward import LazyKernels
-from .device import current_arch, stream_handle
+from .device import current_arch, sm_count, stream_handle
 from .driver import PreparedLaunch
 from .variant_args import VariantArgs, prepare
 
@@ -94,13 +93,6 @@ class ReadyDecode:
         return out, lse
 
 
-@cache
-def _sm_count(device_index: int) -> int:
-    import torch
-
-    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
-
-
 class DecodeKernels(LazyKernels):
     """Compiles the decode cubin of `spec` for an arch on first use, loads its entry points once per device."""
 
@@ -122,7 +114,7 @@ class DecodeKernels(LazyKernels):
         page = k.shape[1] if table is not None else 0
         capacity = table.shape[1] * page if table is not None else k.shape[1]
         splits = num_splits or family.splits(plan, batch=batch, kv_heads=k.shape[2], heads=heads,
-                                             seqlen_q=seqlen_q, keys=capacity, num_sms=_sm_count(device),
+                                             seqlen_q=seqlen_q, keys=capacity, num_sms=sm_count(device),
                                              paged=table is not None).splits
         shape = DecodeShape(batch=batch, heads=heads, kv_heads=k.shape[2], seqlen_q=seqlen_q, num_splits=splits)
         struct = struct_of(with_variant(DECODE_PARAMS, self.variant.fields))

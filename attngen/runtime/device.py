@@ -31,6 +31,14 @@ def _arch_of(index: int) -> Arch:
     return Arch.from_capability(major, minor)
 
 
+@cache
+def sm_count(index: int) -> int:
+    """The streaming multiprocessors of device `index` (asked once per device)."""
+    import torch
+
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
+
+
 def stream_handle(index: int) -> int:
     """The CUstream handle of device `index`'s current PyTorch stream. torch.cuda.current_stream builds a Stream
     object (~5 us a call); the raw handle is what a launch takes, and what Triton's launcher asks torch for."""
