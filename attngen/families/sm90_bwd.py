@@ -126,10 +126,10 @@ DQ_RED_MASKED = True
 #: first calibration, 3200 (387 TFLOP/s at hd128 4k, bwd_hopper/bwd.json), read 0.69-0.84 of today's kernel.
 STEP_OVERHEAD_CLK = 1800
 #: An ordered dQ (deterministic specs) against the default: each query tile's reductions wait for the KV blocks
-#: dispatched before this one, and for their own completion. Measured on the H100 at hd128 8k
-#: (results/h100/bwd_split_det/bench.txt): 0.92 of the default without a mask, 0.93 causal. The split's ordered dQ
-#: (hd192/256: the consumers wait for a tile's turn themselves) takes the same factor, unmeasured.
-ORDERED_DQ_SLOWDOWN = 1.08
+#: dispatched before this one, and for their own completion before the turn passes on. Measured on the H100 with the
+#: turns kept by producer warp 1 and the chains a wave holds interleaved (results/h100/det_ab/v3_chains, 2k-16k):
+#: 0.77-0.84 of the default at hd128, 0.74-0.83 at hd192, 0.83-0.88 at hd256.
+ORDERED_DQ_SLOWDOWN = 1.2
 #: The L2 traffic of the dK/dV kernel's steps that the H100 sustains, in GB/s: each step reads its query tile's Q
 #: and dO (TMA) and adds block_m x head_dim fp32 of dQ into L2. L2 binds on requests more than on bytes, so the rate
 #: depends on how wide dQ's reductions are. With red.global.add.v4.f32 (or TMA bulk reductions, whole lines): hd256
