@@ -12,14 +12,11 @@ gpu_tests 300 "$dir/tests.txt" tests/test_gpu_backward.py tests/test_gpu_compat.
 grep -q "passed" "$dir/tests.txt" && ! grep -q "failed\|error" "$dir/tests.txt" || { echo "tests did not pass"; exit 1; }
 hd=${HEAD_DIMS:-192,256}
 sl=${SEQLENS:-2048,8192}
+TIMES=$dir/times.txt
 for round in $(seq "${ROUNDS:-2}"); do
-  timeout 150 python3 benchmarks/time_bwd.py --tag "default r$round" --head-dims "$hd" --seqlens "$sl" \
-    >> "$dir/times.txt" 2>&1
-  PYTHONPATH=$PWD/ab_main:$PYTHONPATH ATTNGEN_TEMPLATES=$PWD/ab_main/templates ATTNGEN_CACHE_DIR=/tmp/cache-main \
-    timeout 150 python3 benchmarks/time_bwd.py --deterministic --tag "main r$round" --head-dims "$hd" --seqlens "$sl" \
-    >> "$dir/times.txt" 2>&1
-  timeout 150 python3 benchmarks/time_bwd.py --deterministic --tag "new r$round" --head-dims "$hd" --seqlens "$sl" \
-    >> "$dir/times.txt" 2>&1
+  time_in "" 150 --tag "default r$round" --head-dims "$hd" --seqlens "$sl"
+  time_in "$PWD/ab_main" 150 --deterministic --tag "main r$round" --head-dims "$hd" --seqlens "$sl"
+  time_in "" 150 --deterministic --tag "new r$round" --head-dims "$hd" --seqlens "$sl"
   echo "round $round after ${SECONDS}s"
 done
 sort -t' ' -k3,5 "$dir/times.txt" | grep TFLOP

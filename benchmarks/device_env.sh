@@ -25,3 +25,21 @@ gpu_tests() {
   echo "tests rc $? after ${SECONDS}s" >> "$log"
   tail -4 "$log"
 }
+
+# tree_copy DIR: a fresh copy of this tree's attngen/ and templates/ at DIR, for a variant to edit and time.
+tree_copy() {
+  rm -rf "$1" && mkdir -p "$1" && cp -r attngen templates "$1/"
+}
+
+# time_in TREE LIMIT_S ARGS...: benchmarks/time_bwd.py ARGS under a time limit, run from the attngen and templates at
+# TREE ("" for this tree's) with a kernel cache of its own, its lines appended to $TIMES.
+time_in() {
+  local tree=$1 limit=$2
+  shift 2
+  if [ -n "$tree" ]; then
+    PYTHONPATH=$tree:$PYTHONPATH ATTNGEN_TEMPLATES=$tree/templates ATTNGEN_CACHE_DIR=/tmp/$(basename "$tree").cache \
+      timeout "$limit" python3 benchmarks/time_bwd.py "$@" >> "$TIMES" 2>&1
+  else
+    timeout "$limit" python3 benchmarks/time_bwd.py "$@" >> "$TIMES" 2>&1
+  fi
+}

@@ -16,17 +16,15 @@ hd=${HEAD_DIMS:-128,256}
 sl=${SEQLENS:-2048,8192}
 chains=${CHAINS:-1 4 8 16}
 for n in $chains; do
-  rm -rf "/tmp/c_$n" && mkdir -p "/tmp/c_$n" && cp -r attngen templates "/tmp/c_$n/"
+  tree_copy "/tmp/c_$n"
   sed -i "s/^ORDERED_DQ_CHAINS = .*/ORDERED_DQ_CHAINS = $n/" "/tmp/c_$n/attngen/families/sm90_dq_tiles.py"
   grep -q "^ORDERED_DQ_CHAINS = $n$" "/tmp/c_$n/attngen/families/sm90_dq_tiles.py" || { echo "no switch"; exit 1; }
 done
+TIMES=$dir/times.txt
 for round in $(seq "${ROUNDS:-2}"); do
-  timeout 200 python3 benchmarks/time_bwd.py --tag "default r$round" --head-dims "$hd" --seqlens "$sl" \
-    >> "$dir/times.txt" 2>&1
+  time_in "" 200 --tag "default r$round" --head-dims "$hd" --seqlens "$sl"
   for n in $chains; do
-    PYTHONPATH=/tmp/c_$n:$PYTHONPATH ATTNGEN_TEMPLATES=/tmp/c_$n/templates ATTNGEN_CACHE_DIR=/tmp/cache_c$n \
-      timeout 200 python3 benchmarks/time_bwd.py --deterministic --tag "chains$n r$round" --head-dims "$hd" \
-      --seqlens "$sl" >> "$dir/times.txt" 2>&1
+    time_in "/tmp/c_$n" 200 --deterministic --tag "chains$n r$round" --head-dims "$hd" --seqlens "$sl"
     echo "chains $n round $round after ${SECONDS}s"
   done
 done

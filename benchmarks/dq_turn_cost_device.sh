@@ -15,7 +15,7 @@ SECONDS=0
 hd=${HEAD_DIMS:-256}
 sl=${SEQLENS:-2048,8192}
 variant() {   # variant NAME PYTHON-EDIT
-  rm -rf "/tmp/v_$1" && mkdir -p "/tmp/v_$1" && cp -r attngen templates "/tmp/v_$1/"
+  tree_copy "/tmp/v_$1"
   python3 - "/tmp/v_$1/templates/common/hopper_bwd_split.cuh.j2" "$2" <<'PY'
 import sys
 path, edit = sys.argv[1], sys.argv[2]
@@ -35,13 +35,11 @@ variant base none || exit 1
 variant nofence nofence || exit 1
 variant nowait nowait || exit 1
 variant neither neither || exit 1
+TIMES=$dir/times.txt
 for round in $(seq "${ROUNDS:-2}"); do
-  timeout 150 python3 benchmarks/time_bwd.py --tag "default r$round" --head-dims "$hd" --seqlens "$sl" \
-    >> "$dir/times.txt" 2>&1
+  time_in "" 150 --tag "default r$round" --head-dims "$hd" --seqlens "$sl"
   for v in base nofence nowait neither; do
-    PYTHONPATH=/tmp/v_$v:$PYTHONPATH ATTNGEN_TEMPLATES=/tmp/v_$v/templates ATTNGEN_CACHE_DIR=/tmp/cache_$v \
-      timeout 150 python3 benchmarks/time_bwd.py --deterministic --tag "$v r$round" --head-dims "$hd" \
-      --seqlens "$sl" >> "$dir/times.txt" 2>&1
+    time_in "/tmp/v_$v" 150 --deterministic --tag "$v r$round" --head-dims "$hd" --seqlens "$sl"
     echo "$v round $round after ${SECONDS}s"
   done
 done

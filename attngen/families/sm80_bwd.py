@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..codegen.abi import BWD_PARAMS, layout
 from ..errors import PlanError
@@ -44,9 +44,6 @@ from ..planning.shared import kernel_name, swizzle_chunks
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
 from .sm80_bwd_ready import DQ_CONVERT_THREADS, ReadySm80Backward, convert_rows, prepare
-
-if TYPE_CHECKING:
-    pass
 
 DKDV_WARPS = (4, 8)
 DKDV_BLOCK_MS = (16, 32, 64, 128)

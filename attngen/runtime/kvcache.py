@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 REMEMBERED_CALLS = 256
 
 
-
 @dataclass(frozen=True)
 class CacheShape:
     """The cache as the call describes it: rows per entry (`capacity`), and the page size when paged."""
