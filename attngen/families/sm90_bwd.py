@@ -46,6 +46,7 @@ from ..planning.shared import (
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
+from .sm90_bwd_halves import HALVES_HEAD_DIMS, halves_line, halves_ops, halves_tiling
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 from .sm90_dq_tiles import TILED_DQ_PATH
 
@@ -143,6 +144,8 @@ STEP_L2_GBPS_V2 = 3200
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The dK/dV tiling of a head dim it serves; PlanError with the arithmetic when the budget cannot hold it."""
+    if spec.head_dim in HALVES_HEAD_DIMS:
+        return halves_tiling(spec, info)
     if spec.head_dim in SPLIT_HEAD_DIMS:
         return split_tiling(spec, info)
     return _rows_tiling(spec, info, spec.deterministic)
@@ -282,6 +285,13 @@ def dq_line(t: HopperBwdTiling) -> str:
                                           if t.ordered_dq else "")
 
 
+def _owner_line(t: HopperBwdTiling, head_dim: int) -> str:
+    """What each consumer warpgroup owns and how dQ is added, for plan_line and explain."""
+    if t.kv_halves:
+        return halves_line(t, head_dim)
+    return split_line(t) if t.split else dq_line(t)
+
+
 def dq_red_serves(spec: AttentionSpec, ordered_dq: bool) -> bool:
     """Whether the 64-KV-row consumers add dQ into the tile-ordered accumulator (HopperBwdTiling.dq_red; by bulk
     reductions of staged fragments with DQ_BULK) rather than the row-major one by TMA tensor reductions. An ordered
@@ -335,7 +345,11 @@ class Sm90Backward(BackwardFamily):
     # ---- planning ------------------------------------------------------------------------------
     def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None) -> HopperBwdPlan:
         t = tiling(spec, info)
-        if t.split:
+        if t.kv_halves:
+            reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} with the KV rows halved between the warpgroups "
+                      f"({t.block_n} KV rows x {t.block_m} queries, {t.stages} stages, dK^T and dV^T): 1.5x the "
+                      f"FLOPs per byte of L2 traffic of the head-dim split's 64 KV rows, which L2 bounds")
+        elif t.split:
             reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} with head_dim split between the warpgroups "
                       f"({t.block_n} KV rows x {t.block_m} queries, {t.stages} stages): five wgmma products per "
                       f"tile pair against the mma.sync kernels' seven and their head-dim slices' recomputation")
@@ -352,11 +366,11 @@ class Sm90Backward(BackwardFamily):
 
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
         h = plan.dkdv_wgmma
-        dq = split_line(h) if h.split else dq_line(h)
+        dq = _owner_line(h, plan.spec.head_dim)
         info = arch_info(plan.arch)
         compute, l2 = dkdv_terms(plan.spec, info, h)
         bound = "its L2 traffic" if l2 > compute else "compute"
-        layouts = [] if h.split else [f"shared memory, {line}" for line in layout_lines(plan.spec, info, h)]
+        layouts = [] if h.split or h.kv_halves else [f"shared memory, {line}" for line in layout_lines(plan.spec, info, h)]
         return [f"wgmma dK/dV {h.block_n} KV rows ({h.consumer_wgs} consumer warpgroups, setmaxnreg "
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
                 f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}", *layouts,
@@ -368,11 +382,12 @@ class Sm90Backward(BackwardFamily):
         hb = plan.dkdv_wgmma
         line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
                 f"regs {hb.producer_regs}/{hb.consumer_regs}, ")
-        if not hb.split:
+        if not (hb.split or hb.kv_halves):
             line += (f"dV and dK from {'shared memory' if hb.dkv_from_smem else 'registers'}, "
                      f"{hb.ds_buffers} dS^T tile{'s' if hb.ds_buffers > 1 else ''}, "
                      f"dK and dV out {'through shared memory' if hb.dkv_staged else 'from the fragments'}, ")
-        line += (split_line(hb) if hb.split else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
+        line += (_owner_line(hb, plan.spec.head_dim) if hb.split or hb.kv_halves
+                 else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
         return line + (", dependent launches" if plan.dependent_launch else "")
 
     def context(self, plan: HopperBwdPlan) -> dict[str, object]:
@@ -381,7 +396,9 @@ class Sm90Backward(BackwardFamily):
         hb = plan.dkdv_wgmma
         hopper, pre = (params_with_variant(f, plan.spec) for f in (HOPPER_BWD_PARAMS, BWD_PARAMS))
         k = dtype_trait(plan.spec.dtype).mma_k
-        if hb.split:
+        if hb.kv_halves:
+            ops = halves_ops(hb, plan.spec.head_dim, k)
+        elif hb.split:
             ops = split_ops(hb, k)
         else:
             t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k)

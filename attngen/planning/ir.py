@@ -300,6 +300,10 @@ class HopperBwdTiling(_Frozen):
     #: Without split: dK and dV leave through shared memory (each warp's rows packed into the K and V tiles' rows its
     #: warpgroup owned, then written by 16-byte row chunks) instead of by 4-byte stores from the fragments.
     dkv_staged: bool = False
+    #: Two consumer warpgroups each own half the block's block_n KV rows at the full head dim, with dK and dV
+    #: accumulated transposed (dK^T = Q^T dS: M = head_dim) so that a half need not be a multiple of wgmma's M; P^T and
+    #: dS^T go through shared memory, dQ is split by columns and added from registers (families/sm90_bwd_halves.py).
+    kv_halves: bool = False
 
     @property
     def dq_swap(self) -> bool:
@@ -310,12 +314,14 @@ class HopperBwdTiling(_Frozen):
 
     @property
     def consumer_wgs(self) -> int:
-        return len(self.split) or self.block_n // 64
+        return 2 if self.kv_halves else len(self.split) or self.block_n // 64
 
     @property
     def dq_adders(self) -> int:
         """How far each KV block moves a query tile's semaphore (ordered_dq): one per warpgroup adding its own dQ
-        columns in the split, else 1 (producer warp 1 issues the tile's reductions)."""
+        columns in the split and with kv_halves, else 1 (producer warp 1 issues the tile's reductions)."""
+        if self.kv_halves:
+            return self.consumer_wgs
         return sum(r.dq_boxes > 0 for r in self.split) or 1
 
     @property

@@ -1,0 +1,108 @@
+"""The Hopper backward at hd192 with the KV rows halved between the consumer warpgroups (HopperBwdTiling.kv_halves).
+
+A block owns 96 KV rows of one KV head and walks query tiles of 64 rows; consumer warpgroup g owns KV rows
+[48 g, 48 g + 48) at the full head dim. Per step it computes S = Q K^T and dP = dO V^T for its rows (64 queries x
+48 keys: wgmma's M is the queries), writes P and dS transposed into shared memory (P^T and dS^T, 96 x 64, the halves
+side by side), and accumulates dV^T += dO^T P and dK^T += Q^T dS (M = head_dim in three 64-row products, N = its 48
+keys, A read M-major from the stage's tiles): 48 rows could not be wgmma's M, head_dim can. Once both halves are
+in place it computes its half of dQ = dS K over all 96 keys (A = dS^T read M-major, B = K MN-major) in two products
+(64 + 32 columns, DQ_PIECES) and adds it from registers into the tile-ordered accumulator by red.global.add.v4.f32.
+Why: the head-dim split (sm90_bwd_split.py) reads a query tile's Q and dO and adds its dQ once per 64 KV rows and
+is bound by that L2 traffic at hd192 (results/h100/ncu_bwd_hd192: L2 86%, compute 40%); 96 rows carry 1.5x the
+FLOPs per byte. The accumulators (dK^T and dV^T: 2 x 192 x 48 fp32 over 128 threads, 144 registers) fit beside
+the scores (48) or dQ's half (48) in the 240 a consumer gets. FlashAttention-4's Hopper backward takes the same
+shape at hd192 (64 x 96, its dK and dV products swapped).
+"""
+
+from __future__ import annotations
+
+from ..codegen.wgmma import M, WgmmaOp
+from ..errors import PlanError
+from ..features.dtype import dtype_trait
+from ..planning.archs import ArchInfo
+from ..planning.ir import HopperBwdTiling, SmemRegions
+from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
+from ..spec.model import AttentionSpec
+from .sm90_bwd_split import REG_OVERHEAD
+
+#: The head dims that take this tiling. A module constant so that a device A/B can set it to () (the split).
+HALVES_HEAD_DIMS: tuple[int, ...] = (192,)
+#: Query rows per step: one wgmma M of S and dP, and one 128-byte swizzle row of P^T and dS^T.
+BLOCK_M = 64
+#: KV rows per consumer warpgroup: S's N. Two of them make the block's 96.
+HALF_ROWS = 48
+WGS = 2
+#: The most Q/dO stages tried, deepest first (three need 245 KB at hd192).
+MAX_STAGES = 3
+#: Each warpgroup's dQ columns as (first column, width) products of N <= 64 that stay inside one 64-column box of K
+#: (an MN-major B operand starts anywhere in a 128-byte row but cannot cross into the next box mid-product):
+#: warpgroup 0 columns 0-95, warpgroup 1 columns 96-191.
+DQ_PIECES: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {
+    192: (((0, 64), (64, 32)), ((96, 32), (128, 64))),
+}
+
+
+def halves_layout(spec: AttentionSpec, stages: int) -> SmemRegions:
+    """K and V (96 rows), the Q and dO stages, dS^T and P^T (96 x 64), no dQ staging, the stages' row values (LSE
+    in log2 units and D), the mbarriers, the live-tile bitmap of a mask with holes, the alignment slack."""
+    d, n, m = spec.head_dim, WGS * HALF_ROWS, BLOCK_M
+    e = dtype_trait(spec.dtype).size
+    return SmemRegions.stack([
+        ("K", n * d * e), ("V", n * d * e), ("Q", stages * m * d * e), ("DO", stages * m * d * e), ("DS", n * m * e),
+        ("P", n * m * e), ("DQ", 0), ("Rows", stages * 2 * m * 4), ("Bar", 8 * (1 + 2 * stages)),
+        ("Schedule", 4 * schedule_words(spec)), ("Slack", ALIGN_SLACK)])
+
+
+def halves_registers(head_dim: int) -> int:
+    """A consumer thread's registers at its peak: dK^T and dV^T (head_dim x 48 fp32 each over 128 threads), then
+    the larger of S and dP (64 x 48 each) with the rows' LSE and D, and its dQ half (64 x head_dim / 2), and
+    REG_OVERHEAD."""
+    acc = 2 * head_dim * HALF_ROWS // 128
+    scores = 2 * M * HALF_ROWS // 128 + 4
+    dq = M * head_dim // WGS // 128
+    return acc + max(scores, dq) + REG_OVERHEAD
+
+
+def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
+    """The tiling; PlanError with the arithmetic when the budget cannot hold it."""
+    d = spec.head_dim
+    if d not in DQ_PIECES:
+        raise PlanError(f"head_dim {d}: the KV-row halves have dQ pieces for head dims {sorted(DQ_PIECES)}")
+    producer_regs, consumer_regs = setmaxnreg_split(info, WGS)
+    regs = halves_registers(d)
+    if regs > consumer_regs:
+        raise PlanError(f"head_dim {d}: the KV-row halves need ~{regs} registers per consumer thread; "
+                        f"{info.arch.value} gives {consumer_regs}")
+    needs = []
+    for stages in range(MAX_STAGES, 1, -1):
+        layout = halves_layout(spec, stages)
+        if layout.total_bytes <= info.smem_per_block:
+            return HopperBwdTiling(block_m=BLOCK_M, block_n=WGS * HALF_ROWS, stages=stages,
+                                   producer_regs=producer_regs, consumer_regs=consumer_regs, dq_cols=d // WGS,
+                                   dq_col_step=d // WGS, dq_query_step=0, dkv_from_smem=True,
+                                   smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
+                                   schedule_words=schedule_words(spec), kv_halves=True, dq_red=True,
+                                   ordered_dq=spec.deterministic)
+        needs.append(f"{stages} stages {layout.total_bytes} B")
+    raise PlanError(f"head_dim {d}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B per block")
+
+
+def halves_ops(t: HopperBwdTiling, head_dim: int, k: int) -> dict[str, object]:
+    """The instructions: S and dP (64 queries x 48 keys, both operands K-major); dV^T and dK^T (64 head-dim rows x 48
+    keys per product, A = dO or Q read M-major, B = P^T or dS^T K-major); dQ's pieces (A = dS^T read M-major, B = K
+    MN-major), one per width."""
+    s_op = WgmmaOp(HALF_ROWS, a_in_regs=False, trans_b=False, k=k)
+    acc_op = WgmmaOp(HALF_ROWS, a_in_regs=False, trans_b=False, trans_a=True, k=k)
+    widths = sorted({n for wg in DQ_PIECES[head_dim] for _, n in wg})
+    dq_ops = tuple(WgmmaOp(n, a_in_regs=False, trans_b=True, trans_a=True, k=k) for n in widths)
+    return {"s_op": s_op, "acc_op": acc_op, "dq_piece_ops": dq_ops, "dq_pieces": DQ_PIECES[head_dim],
+            "wgmma_ops": (s_op, acc_op, *dq_ops)}
+
+
+def halves_line(t: HopperBwdTiling, head_dim: int) -> str:
+    """What each warpgroup owns, for plan_line and explain."""
+    cols = [f"wg{i}: KV rows {HALF_ROWS * i}-{HALF_ROWS * (i + 1) - 1}, dQ columns {pieces[0][0]}-"
+            f"{pieces[-1][0] + pieces[-1][1] - 1}" for i, pieces in enumerate(DQ_PIECES[head_dim])]
+    order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
+    return (f"KV rows halved between {WGS} warpgroups ({'; '.join(cols)}), dK^T and dV^T at the full head dim, "
+            f"dQ added from registers by red.global.add.v4.f32 into a tile-ordered accumulator{order}")
