@@ -136,13 +136,14 @@ def test_deterministic_gradients_are_exact(head_dim: int) -> None:
 @pytest.mark.parametrize("head_dim", [128, 192, 256])
 def test_backward_runs_the_family_the_planner_chose(head_dim: int) -> None:
     """The launcher dispatches through the plan's family; the cubin holds that family's kernels only (on sm90 at
-    hd192/256 the wgmma kernel whose warpgroups split head_dim)."""
+    hd192 the wgmma kernel whose warpgroups halve the KV rows, at hd256 the one whose warpgroups split head_dim)."""
     spec = AttentionSpec(name=f"fam{head_dim}", head_dim=head_dim, dtype="bf16", mask="causal")
     arch = attngen.runtime.kernel.current_arch()
     cubin = _kernel(spec).backward.cubin(arch)
     assert cubin.source.plan.family == ("sm90_bwd" if arch.value == "sm90" else "sm80_bwd")
-    assert bool(getattr(cubin.source.plan, "dkdv_wgmma", None) and cubin.source.plan.dkdv_wgmma.split) == (
-        arch.value == "sm90" and head_dim > 128)
+    hopper = getattr(cubin.source.plan, "dkdv_wgmma", None)
+    assert bool(hopper and hopper.split) == (arch.value == "sm90" and head_dim == 256)
+    assert bool(hopper and hopper.kv_halves) == (arch.value == "sm90" and head_dim == 192)
     assert sorted(r.name for r in cubin.resources) == sorted(cubin.source.entry_names)
     q, k, v, dout = _inputs(spec, (1, 1000, 1000, 4, 2), seed=41)
     _check(spec, q, k, v, dout)

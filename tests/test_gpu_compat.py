@@ -151,7 +151,9 @@ def test_varlen_uneven_lengths(case: dict[str, Any], dtype: Any) -> None:
 
 @pytest.mark.parametrize(("lens", "d", "deterministic"), [([33, 0, 250, 7], 128, False),
                                                           ([33, 0, 250, 7, 600, 1000], 128, True),
-                                                          ([700, 64, 0, 1000, 129, 300], 256, True)])
+                                                          ([700, 64, 0, 1000, 129, 300], 256, True),
+                                                          ([97, 0, 700, 1000, 95, 300], 192, False),
+                                                          ([700, 96, 0, 1000, 193, 300], 192, True)])
 def test_varlen_gradients(lens: list[int], d: int, deterministic: bool) -> None:
     """Per-sequence gradients against float64; deterministic: bitwise the same over three runs (on sm90 the KV
     blocks of the entries' chains interleave in dispatch order, each chain's ranks still in order)."""
