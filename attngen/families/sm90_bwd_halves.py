@@ -34,12 +34,16 @@ HALF_ROWS = 48
 WGS = 2
 #: The most Q/dO stages tried, deepest first (three need 245 KB at hd192).
 MAX_STAGES = 3
-#: Each warpgroup's dQ columns as (first column, width) products of N <= 64 that stay inside one 64-column box of K
-#: (an MN-major B operand starts anywhere in a 128-byte row but cannot cross into the next box mid-product):
-#: warpgroup 0 columns 0-95, warpgroup 1 columns 96-191.
+#: Each warpgroup's dQ columns as (first column, width) products of N <= 64 inside one 64-column box of K, or of whole
+#: boxes from a box's first column (a wider product runs on into the next box at the leading byte offset): warpgroup
+#: 0 columns 0-95, warpgroup 1 columns 96-191, the middle box's halves each a 32-wide product.
 DQ_PIECES: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {
     192: (((0, 64), (64, 32)), ((96, 32), (128, 64))),
 }
+
+
+#: Columns of a box of the tile-ordered dQ accumulator (HopperBwdTiling.dq_cols): 64 x 64 fp32 in fragment order.
+DQ_BOX = 64
 
 
 def halves_layout(spec: AttentionSpec, stages: int) -> SmemRegions:
@@ -55,11 +59,11 @@ def halves_layout(spec: AttentionSpec, stages: int) -> SmemRegions:
 
 def halves_registers(head_dim: int) -> int:
     """A consumer thread's registers at its peak: dK^T and dV^T (head_dim x 48 fp32 each over 128 threads), then
-    the larger of S and dP (64 x 48 each) with the rows' LSE and D, and its dQ half (64 x head_dim / 2), and
+    the larger of S and dP (64 x 48 each) with the rows' LSE and D, and its widest dQ share (DQ_PIECES), and
     REG_OVERHEAD."""
     acc = 2 * head_dim * HALF_ROWS // 128
     scores = 2 * M * HALF_ROWS // 128 + 4
-    dq = M * head_dim // WGS // 128
+    dq = M * max(sum(n for _, n in pieces) for pieces in DQ_PIECES[head_dim]) // 128
     return acc + max(scores, dq) + REG_OVERHEAD
 
 
@@ -78,8 +82,8 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
         layout = halves_layout(spec, stages)
         if layout.total_bytes <= info.smem_per_block:
             return HopperBwdTiling(block_m=BLOCK_M, block_n=WGS * HALF_ROWS, stages=stages,
-                                   producer_regs=producer_regs, consumer_regs=consumer_regs, dq_cols=d // WGS,
-                                   dq_col_step=d // WGS, dq_query_step=0, dkv_from_smem=True,
+                                   producer_regs=producer_regs, consumer_regs=consumer_regs, dq_cols=DQ_BOX,
+                                   dq_col_step=0, dq_query_step=0, dkv_from_smem=True,
                                    smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                                    schedule_words=schedule_words(spec), kv_halves=True, dq_red=True,
                                    ordered_dq=spec.deterministic)
