@@ -1,4 +1,5 @@
-"""The Hopper backward at hd192/256: the consumer warpgroups split head_dim (families/sm90_bwd_split.py)."""
+"""The Hopper backward at hd256: the consumer warpgroups split head_dim (families/sm90_bwd_split.py; hd192 halves the
+KV rows instead, test_sm90_bwd_halves.py)."""
 
 from __future__ import annotations
 
@@ -80,11 +81,11 @@ def test_split_stages_say_what_each_depth_needs() -> None:
         split_stages(spec, small)
 
 
-def test_the_planner_picks_the_split_at_hd192_and_hd256_only() -> None:
+def test_the_planner_picks_the_split_at_hd256_only() -> None:
     for d in (64, 128, 192, 256):
         p = plan_bwd(AttentionSpec(head_dim=d, dtype="bf16", mask="causal"), Arch.sm90)
         assert isinstance(p, HopperBwdPlan)
-        assert bool(p.dkdv_wgmma.split) == (d >= 192), d
+        assert bool(p.dkdv_wgmma.split) == (d == 256), d
     p = plan_bwd(AttentionSpec(head_dim=256, dtype="bf16"), Arch.sm90)
     assert "head_dim split" in p.reason
 
@@ -96,7 +97,7 @@ def _hgmma_shapes(sass: str) -> dict[str, int]:
     return shapes
 
 
-@pytest.mark.parametrize("head_dim", [192, 256])
+@pytest.mark.parametrize("head_dim", [256])
 def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim: int) -> None:
     """Per step: S^T and dP^T (head_dim / 16 k-steps of N = 64, one product per warpgroup), dV and dK (4 k-steps
     per warpgroup at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 8 four-float reductions per dQ box
@@ -143,9 +144,9 @@ def test_deterministic_hd128_orders_its_dq_reductions() -> None:
     assert "constexpr bool kOrderedDq = true;" in ordered.source.code
 
 
-@pytest.mark.parametrize("head_dim", [192, 256])
+@pytest.mark.parametrize("head_dim", [256])
 def test_deterministic_split_waits_for_each_tiles_turn(head_dim: int) -> None:
-    """deterministic at hd192/256: the head_dim split with its v4 reductions, each warpgroup that owns dQ columns
+    """deterministic at hd256: the head_dim split with its v4 reductions, each warpgroup that owns dQ columns
     waiting on the tile's semaphore before its first reduction and moving it on by one after its last (kDqAdders = 2
     per block, the passes too); no spills (a trap in the consumers' wait cost ~2 KB: the wait is bounded without)."""
     from attngen.toolchain.sass import disassemble, opcodes

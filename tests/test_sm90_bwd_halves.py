@@ -1,0 +1,123 @@
+"""The Hopper backward at hd192: the consumer warpgroups halve the block's 96 KV rows (families/sm90_bwd_halves.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+
+import pytest
+
+from attngen.errors import PlanError
+from attngen.families import sm90_bwd_halves as halves
+from attngen.planning.archs import arch_info
+from attngen.planning.ir import HopperBwdPlan
+from attngen.planning.planner_bwd import plan_bwd
+from attngen.spec.model import Arch, AttentionSpec
+
+build = importlib.import_module("attngen.toolchain.builder")
+H100 = arch_info(Arch.sm90)
+
+
+def _hgmma_shapes(sass: str) -> dict[str, int]:
+    shapes: dict[str, int] = {}
+    for shape in re.findall(r"HGMMA\.(64x\d+x16)", sass):
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return shapes
+
+
+@pytest.mark.parametrize("head_dim", sorted(halves.DQ_PIECES))
+def test_dq_pieces_cover_head_dim_once_from_box_starts_or_inside_a_box(head_dim: int) -> None:
+    """Each column once, the warpgroups' widths equal (dQ is a third of a step's products: an uneven split holds the
+    other warpgroup at the next barrier), each piece a wgmma N inside one 64-column box of K or whole boxes from a
+    box's first column (the MN-major B operand's leading byte offset steps box to box)."""
+    cols = [c for wg in halves.DQ_PIECES[head_dim] for c0, n in wg for c in range(c0, c0 + n)]
+    assert sorted(cols) == list(range(head_dim))
+    assert len({sum(n for _, n in wg) for wg in halves.DQ_PIECES[head_dim]}) == 1
+    for wg in halves.DQ_PIECES[head_dim]:
+        assert 1 <= len(wg) <= 2, "the template holds one or two pieces a warpgroup"
+        for c0, n in wg:
+            assert n % 8 == 0 and (c0 % 64 + n <= 64 or (c0 % 64 == 0 and n % 64 == 0)), (c0, n)
+
+
+def test_halves_tiling_takes_96_kv_rows_and_the_deepest_ring_that_fits() -> None:
+    spec = AttentionSpec(head_dim=192, dtype="bf16", mask="causal")
+    t = halves.halves_tiling(spec, H100)
+    assert (t.block_n, t.block_m, t.stages, t.consumer_wgs, t.threads, t.s_cols) == (96, 64, 2, 2, 384, 64)
+    assert t.kv_halves and not t.split and t.dq_red and not t.dq_bulk and t.dq_cols == 64 and t.dq_adders == 2
+    assert t.smem_bytes <= H100.smem_per_block < halves.halves_layout(spec, 3).total_bytes
+    assert t.smem.offset("Rows") == t.smem.offset("DQ"), "no dQ staging: it is added from registers"
+    # dK^T and dV^T (2 x 192 x 48 / 128), the scores' 48 and the rows' 4, the overhead.
+    assert t.regs_estimate == 144 + 52 + 40 == halves.halves_registers(192) <= t.consumer_regs == 240
+
+
+def test_halves_say_why_they_do_not_fit() -> None:
+    spec = AttentionSpec(head_dim=192, dtype="bf16")
+    with pytest.raises(PlanError, match=r"head_dim 192: 3 stages \d+ B, 2 stages \d+ B; sm90 gives 150000 B"):
+        halves.halves_tiling(spec, dataclasses.replace(H100, smem_per_block=150_000))
+    with pytest.raises(PlanError, match=r"the KV-row halves need ~236 registers per consumer thread; sm90 gives 232"):
+        halves.halves_tiling(spec, dataclasses.replace(H100, max_setmaxnreg=232))
+    with pytest.raises(PlanError, match="dQ pieces for head dims \\[192\\]"):
+        halves.halves_tiling(AttentionSpec(head_dim=128, dtype="bf16"), H100)
+
+
+def test_the_planner_halves_the_kv_rows_at_hd192_only() -> None:
+    for d in (64, 128, 192, 256):
+        p = plan_bwd(AttentionSpec(head_dim=d, dtype="bf16", mask="causal"), Arch.sm90)
+        assert isinstance(p, HopperBwdPlan)
+        assert p.dkdv_wgmma.kv_halves == (d == 192), d
+    p = plan_bwd(AttentionSpec(head_dim=192, dtype="bf16"), Arch.sm90)
+    assert "KV rows halved" in p.reason
+    from attngen.families import get
+
+    family = get(p.family)
+    assert "KV rows halved between 2 warpgroups (wg0: KV rows 0-47, dQ columns 0-95; wg1: KV rows 48-95, dQ " \
+           "columns 96-191)" in family.plan_line(p)
+    assert any("96 KV rows (2 consumer warpgroups" in line for line in family.explain_lines(p))
+
+
+def test_halves_kernel_compiles_to_the_products_and_reductions_it_names() -> None:
+    """Per step and warpgroup: S and dP (head_dim / 16 k-steps of 64 x 48), dV^T and dK^T (4 k-steps x 3 boxes of
+    64 x 48), dQ's pieces (6 k-steps each: 64 + 32 columns), P and dS stored transposed by stmatrix.trans, and 12
+    four-float reductions per thread into the tile-ordered accumulator; no spills, no TMA reduction."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    cubin = build.build_bwd(AttentionSpec(head_dim=192, dtype="bf16", mask="causal"), "sm90")
+    assert cubin.source.plan.dkdv_wgmma.kv_halves
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+    sass = disassemble(cubin.data)
+    assert _hgmma_shapes(sass) == {"64x48x16": 2 * (2 * 192 // 16 + 2 * 3 * 4), "64x64x16": 2 * 6, "64x32x16": 2 * 6}
+    ops = opcodes(sass)
+    assert ops["REDG"] == 2 * (8 + 4) and all("F32x4" in line for line in sass.splitlines() if "REDG" in line)
+    assert ops["UTMAREDG"] == 0 and ops["LDL"] == ops["STL"] == 0 and ops["HMMA"] == 0
+    assert "stmatrix.sync.aligned.m8n8.x4.trans" in cubin.source.code
+
+
+def test_deterministic_halves_wait_for_each_tiles_turn() -> None:
+    """deterministic: both warpgroups add dQ, each once producer warp 1 grants the tile's turn (kDqAdders = 2)."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    spec = AttentionSpec(head_dim=192, dtype="bf16", mask="causal", deterministic=True)
+    cubin = build.build_bwd(spec, "sm90")
+    t = cubin.source.plan.dkdv_wgmma
+    assert t.kv_halves and t.ordered_dq and t.dq_adders == 2
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+    assert "constexpr int kDqAdders = 2;" in cubin.source.code
+    assert opcodes(disassemble(cubin.data))["NANOSLEEP"] >= 2
+
+
+@pytest.mark.parametrize("score_mod", [{"softcap": 30.0}, {"alibi": "runtime"}])
+def test_score_mods_spill_at_most_a_word(score_mod: dict[str, object]) -> None:
+    """A derivative that varies per element (softcap: P and dS in one pass once dP is there) compiles without spills.
+    ALiBi (its per-key terms kept in the loop by an opaque key) spills one word of the walk's state under NVRTC 13.5
+    (4 B), one local store and one local load, the load once a step in one warpgroup's loop: an L1 hit beside a
+    step's ~100 wgmma k-steps."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    cubin = build.build_bwd(AttentionSpec(head_dim=192, dtype="fp16", mask="causal", score_mod=score_mod), "sm90")
+    assert cubin.source.plan.dkdv_wgmma.kv_halves
+    dkdv = next(r for r in cubin.resources if r.name.endswith("_dkdv_wgmma"))
+    assert all(r.spill_stores == r.spill_loads == 0 for r in cubin.resources if r is not dkdv)
+    assert dkdv.spill_stores + dkdv.spill_loads <= (0 if "softcap" in score_mod else 16)
+    ops = opcodes(disassemble(cubin.data))
+    assert ops["LDL"] + ops["STL"] <= (0 if "softcap" in score_mod else 4)
