@@ -7,7 +7,6 @@ import torch
 
 import attngen
 from attngen.spec.model import AttentionSpec
-
 from tests.gpu_reference import reference
 
 

@@ -370,7 +370,8 @@ class Sm90Backward(BackwardFamily):
         info = arch_info(plan.arch)
         compute, l2 = dkdv_terms(plan.spec, info, h)
         bound = "its L2 traffic" if l2 > compute else "compute"
-        layouts = [] if h.split or h.kv_halves else [f"shared memory, {line}" for line in layout_lines(plan.spec, info, h)]
+        own_layout = h.split or h.kv_halves
+        layouts = [] if own_layout else [f"shared memory, {line}" for line in layout_lines(plan.spec, info, h)]
         return [f"wgmma dK/dV {h.block_n} KV rows ({h.consumer_wgs} consumer warpgroups, setmaxnreg "
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
                 f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}", *layouts,
