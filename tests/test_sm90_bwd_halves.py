@@ -76,6 +76,20 @@ def test_the_planner_halves_the_kv_rows_at_hd192_only() -> None:
     assert any("96 KV rows (2 consumer warpgroups" in line for line in family.explain_lines(p))
 
 
+def test_deterministic_packed_specs_take_the_split_and_say_why() -> None:
+    """The ordered dQ's turns beside a packed batch's entry state spill in the halves (12-24 B stores): those specs
+    take the head-dim split, the plan's reason naming the refusal; deterministic fixed-length ones keep the halves."""
+    det = AttentionSpec(head_dim=192, dtype="bf16", mask="causal", deterministic=True)
+    packed = plan_bwd(AttentionSpec(head_dim=192, dtype="bf16", mask="causal", deterministic=True, seqlens="varlen"),
+                      Arch.sm90)
+    assert isinstance(packed, HopperBwdPlan) and packed.dkdv_wgmma.split and not packed.dkdv_wgmma.kv_halves
+    assert "not the KV-row halves: deterministic and packed" in packed.reason
+    fixed = plan_bwd(det, Arch.sm90)
+    assert isinstance(fixed, HopperBwdPlan) and fixed.dkdv_wgmma.kv_halves
+    assert halves.halves_refusal(det) is None
+    assert "serve head dims [192]" in str(halves.halves_refusal(AttentionSpec(head_dim=256, dtype="bf16")))
+
+
 def test_halves_kernel_compiles_to_the_products_and_reductions_it_names() -> None:
     """Per step and warpgroup: S and dP (head_dim / 16 k-steps of 64 x 48), dV^T and dK^T (4 k-steps x 3 boxes of
     64 x 48), dQ's pieces (6 k-steps each: 64 + 32 columns), P and dS stored transposed by stmatrix.trans, and 12

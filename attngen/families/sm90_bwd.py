@@ -46,7 +46,7 @@ from ..planning.shared import (
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
-from .sm90_bwd_halves import HALVES_HEAD_DIMS, halves_line, halves_ops, halves_tiling
+from .sm90_bwd_halves import halves_line, halves_ops, halves_refusal, halves_tiling
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 from .sm90_dq_tiles import TILED_DQ_PATH
 
@@ -144,7 +144,7 @@ STEP_L2_GBPS_V2 = 3200
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The dK/dV tiling of a head dim it serves; PlanError with the arithmetic when the budget cannot hold it."""
-    if spec.head_dim in HALVES_HEAD_DIMS:
+    if halves_refusal(spec) is None:
         return halves_tiling(spec, info)
     if spec.head_dim in SPLIT_HEAD_DIMS:
         return split_tiling(spec, info)
@@ -352,7 +352,8 @@ class Sm90Backward(BackwardFamily):
         elif t.split:
             reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} with head_dim split between the warpgroups "
                       f"({t.block_n} KV rows x {t.block_m} queries, {t.stages} stages): five wgmma products per "
-                      f"tile pair against the mma.sync kernels' seven and their head-dim slices' recomputation")
+                      f"tile pair against the mma.sync kernels' seven and their head-dim slices' recomputation "
+                      f"(not the KV-row halves: {halves_refusal(spec)})")
         else:
             reason = (f"the wgmma dK/dV kernel of hd{spec.head_dim} ({t.block_n} KV rows x {t.block_m} queries, "
                       f"{t.stages} stages): measured 1.14-1.37x FlashAttention-2 on the H100, against 0.63-0.75x for "

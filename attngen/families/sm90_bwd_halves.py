@@ -22,7 +22,7 @@ from ..features.dtype import dtype_trait
 from ..planning.archs import ArchInfo
 from ..planning.ir import HopperBwdTiling, SmemRegions
 from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
-from ..spec.model import AttentionSpec
+from ..spec.model import AttentionSpec, SeqlensKind
 from .sm90_bwd_split import REG_OVERHEAD
 
 #: The head dims that take this tiling. A module constant so that a device A/B can set it to () (the split).
@@ -44,6 +44,17 @@ DQ_PIECES: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {
 
 #: Columns of a box of the tile-ordered dQ accumulator (HopperBwdTiling.dq_cols): 64 x 64 fp32 in fragment order.
 DQ_BOX = 64
+
+
+def halves_refusal(spec: AttentionSpec) -> str | None:
+    """Why the halves do not serve `spec` (the head-dim split then does), or None. Deterministic packed specs: the
+    ordered dQ's turns beside a packed batch's entry state spilled 12-24 B of stores (24-64 B of loads) under NVRTC
+    13.0 and 13.5, where every other form compiles without spills."""
+    if spec.head_dim not in HALVES_HEAD_DIMS:
+        return f"head_dim {spec.head_dim}: the KV-row halves serve head dims {list(HALVES_HEAD_DIMS)}"
+    if spec.deterministic and spec.seqlens is SeqlensKind.varlen:
+        return "deterministic and packed: the KV-row halves spill beside the ordered dQ's turns"
+    return None
 
 
 def halves_layout(spec: AttentionSpec, stages: int) -> SmemRegions:
