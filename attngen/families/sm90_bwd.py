@@ -399,7 +399,7 @@ class Sm90Backward(BackwardFamily):
         hopper, pre = (params_with_variant(f, plan.spec) for f in (HOPPER_BWD_PARAMS, BWD_PARAMS))
         k = dtype_trait(plan.spec.dtype).mma_k
         if hb.kv_halves:
-            ops = halves_ops(hb, plan.spec.head_dim, k)
+            ops = halves_ops(plan.spec.head_dim, k)
         elif hb.split:
             ops = split_ops(hb, k)
         else:

@@ -24,9 +24,8 @@ from ..planning.ir import HopperBwdTiling, SmemRegions
 from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
 from ..spec.model import AttentionSpec, SeqlensKind
 from .sm90_bwd_split import REG_OVERHEAD
+from .sm90_dq_tiles import DQ_BOX
 
-#: The head dims that take this tiling. A module constant so that a device A/B can set it to () (the split).
-HALVES_HEAD_DIMS: tuple[int, ...] = (192,)
 #: Query rows per step: one wgmma M of S and dP, and one 128-byte swizzle row of P^T and dS^T.
 BLOCK_M = 64
 #: KV rows per consumer warpgroup: S's N. Two of them make the block's 96.
@@ -40,10 +39,8 @@ MAX_STAGES = 3
 DQ_PIECES: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {
     192: (((0, 64), (64, 32)), ((96, 32), (128, 64))),
 }
-
-
-#: Columns of a box of the tile-ordered dQ accumulator (HopperBwdTiling.dq_cols): 64 x 64 fp32 in fragment order.
-DQ_BOX = 64
+#: The head dims that take this tiling: those with dQ pieces.
+HALVES_HEAD_DIMS = tuple(sorted(DQ_PIECES))
 
 
 def halves_refusal(spec: AttentionSpec) -> str | None:
@@ -102,7 +99,7 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     raise PlanError(f"head_dim {d}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B per block")
 
 
-def halves_ops(t: HopperBwdTiling, head_dim: int, k: int) -> dict[str, object]:
+def halves_ops(head_dim: int, k: int) -> dict[str, object]:
     """The instructions: S and dP (64 queries x 48 keys, both operands K-major); dV^T and dK^T (64 head-dim rows x 48
     keys per product, A = dO or Q read M-major, B = P^T or dS^T K-major); dQ's pieces (A = dS^T read M-major, B = K
     MN-major), one per width."""

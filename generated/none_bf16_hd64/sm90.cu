@@ -357,6 +357,13 @@ __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u3
                :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
+// Four 8 x 8 matrices of 16-bit values to shared memory, each transposed: lane l gives the address of row l % 8 of
+// matrix l / 8 of the destination; register i of each lane holds elements (l / 4, 2 (l % 4)), +1 of matrix i's source.
+__device__ __forceinline__ void stmatrix_x4_trans(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
 // threadIdx.x / 128 read from lane 0, so the compiler knows it is one value across the warp: the warpgroup's
 // tile addresses and wgmma descriptors built from it stay in uniform registers (no R2UR per wgmma).
 __device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, threadIdx.x / 128, 0); }
