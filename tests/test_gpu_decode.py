@@ -180,3 +180,29 @@ def test_many_splits_merge_right(config: dict[str, Any], splits: int) -> None:
     extra = {n: t.detach() for n, t in _runtime(spec, heads, gen).items()}
     out, lse = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, num_splits=splits, return_lse=True, **extra)
     _check(spec, q, kc, vc, used, out, lse, extra)
+
+
+@pytest.mark.parametrize("splits", [0, 3, 8])
+@pytest.mark.parametrize("config", [SPECS[0], SPECS[1], SPECS[3]], ids=lambda c: c.get("name") or c["mask"])
+def test_decode_ignores_table_entries_past_each_length(config: dict[str, Any], splits: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A paged block may look its first tiles' table entries up before it reads its entry's length (the causal
+    and unmasked walks start at tile 0); entries past an entry's last page then hold anything (here -1 and
+    2^31 - 1, unchecked: ATTNGEN_TRUST_SEQLENS) and the output is the well-formed table's, bit for bit."""
+    monkeypatch.setenv("ATTNGEN_TRUST_SEQLENS", "1")
+    spec = AttentionSpec(**config)
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(splits + 100)
+    batch, heads, kv_heads, page, capacity = 4, 8, 2, 16, 4096
+    kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+    q = torch.randn(batch, 1, heads, spec.head_dim, device="cuda", dtype=kc.dtype, generator=gen)
+    used = torch.tensor([0, 5, 300, capacity - 1], dtype=torch.int32, device="cuda")
+    extra = {n: t.detach() for n, t in _runtime(spec, heads, gen).items()}
+    pool_k, pool_v, table = _paged(kc, vc, page, gen)
+    ragged = table.clone()
+    for b, n in enumerate(used.tolist()):
+        ragged[b, (n + page - 1) // page:] = -1 if b % 2 else 2**31 - 1
+    calls = [kernel.with_kvcache(q, pool_k, pool_v, cache_seqlens=used, block_table=t, num_splits=splits,
+                                 return_lse=True, **extra) for t in (table, ragged)]
+    assert torch.equal(calls[0][0], calls[1][0]) and torch.equal(calls[0][1], calls[1][1])
+    _check(spec, q, kc, vc, used, calls[1][0], calls[1][1], extra)
