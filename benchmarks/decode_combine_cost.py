@@ -4,7 +4,8 @@ alone (its partials left unmerged), of one unsplit kernel, and of cuDNN's SDPA a
 fill) in the same process. hd128 bf16, 32 query heads over 8 KV heads, seqlen_q 1. ATTNGEN_TEMPLATES set to
 another checkout's templates times that checkout's kernels.
 
-    python3 benchmarks/decode_combine_cost.py [--shapes 1x1024,1x4096] [--page 0,256] [--order ordered] > out.txt
+    python3 benchmarks/decode_combine_cost.py [--shapes 1x1024,1x4096] [--page 0,256] [--order ordered]
+        [--mask none] > out.txt
 """
 
 from __future__ import annotations
@@ -96,9 +97,10 @@ def main() -> None:
     parser.add_argument("--page", default="0,256")
     parser.add_argument("--order", choices=("shuffled", "ordered"), default="shuffled",
                         help="the pool's pages in shuffled order or in the cache's")
+    parser.add_argument("--mask", choices=("causal", "none"), default="causal")
     args = parser.parse_args()
     os.environ["ATTNGEN_TRUST_SEQLENS"] = "1"
-    kernel = attngen.compile(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"))
+    kernel = attngen.compile(AttentionSpec(head_dim=128, dtype="bf16", mask=args.mask))
     tiny = torch.empty(1, device="cuda")
     print(f"floor (one 1-element fill): {us(lambda: tiny.fill_(1.0)):.1f} us")
     print("batch x keys | page | splits | call (split + combine) | call, combine's carveout 100% | split kernel "
