@@ -3,10 +3,11 @@
 Decoding reads the whole cache per generated token while doing little arithmetic on it: the kernel is bound by
 memory, and what matters is that every SM keeps enough bytes in flight and that each K/V byte is read once.
 So a block packs the query heads of one KV head (a GQA group) times the query positions into the 16 rows of
-one mma.sync tile, its warps split every K/V tile by keys, and blocks split each entry's keys into runs
-(planning.splits) whose fp32 partials a combine kernel merges by their LSE. K/V rows come from a contiguous
-cache or, through the block table, from a paged pool, by cp.async; a paged tile's table entries (one per page it
-touches) are copied by cp.async with the K/V of the tile `stages` before it, so the loop never waits on the table.
+one mma.sync tile, its warps split every K/V tile by keys, and blocks take each entry's key tiles in turn (split
+s reads tiles s, s + splits, ...: planning.splits) into fp32 partials that a combine kernel merges by their LSE.
+K/V rows come from a contiguous cache or, through the block table, from a paged pool, by cp.async; a paged tile's
+table entries (one per page it touches) are copied by cp.async with the K/V of the tile `stages` before it, so the
+loop never waits on the table.
 
 The budget lives here: `smem_layout` (bytes), `register_estimate`, and the in-flight bytes each candidate keeps
 per SM (`evaluate`). Template attn_decode.cu.j2, parameter block abi.DECODE_PARAMS.

@@ -1,8 +1,9 @@
 """How many KV splits a decode call runs: a pure function of the call's shape and the plan's residency.
 
 A decode block holds 16 packed query rows of one KV head of one entry; with few entries and KV heads there are
-far fewer blocks than SMs, and each would stream a whole cache alone. Splitting every entry's keys into runs
-that separate blocks read (and a combine kernel merges by their LSE) puts every SM to work. The choice:
+far fewer blocks than SMs, and each would stream a whole cache alone. Dealing every entry's key tiles out to
+separate blocks in turn (split s reads tiles s, s + splits, ...; a combine kernel merges them by their LSE) puts
+every SM to work. The choice:
 
 - no split when the blocks already fill FULL_WAVE of the resident slots (SMs x blocks per SM);
 - with one block per SM, an SM's pair (the two SMs of a TPC share its path to memory) matters:
