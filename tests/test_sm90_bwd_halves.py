@@ -44,11 +44,21 @@ def test_halves_tiling_takes_96_kv_rows_and_the_deepest_ring_that_fits() -> None
     spec = AttentionSpec(head_dim=192, dtype="bf16", mask="causal")
     t = halves.halves_tiling(spec, H100)
     assert (t.block_n, t.block_m, t.stages, t.consumer_wgs, t.threads, t.s_cols) == (96, 64, 2, 2, 384, 64)
-    assert t.kv_halves and not t.split and t.dq_red and not t.dq_bulk and t.dq_cols == 64 and t.dq_adders == 2
-    assert t.smem_bytes <= H100.smem_per_block < halves.halves_layout(spec, 3).total_bytes
-    assert t.smem.offset("Rows") == t.smem.offset("DQ"), "no dQ staging: it is added from registers"
+    assert t.kv_halves and not t.split and t.dq_red and t.dq_bulk and t.dq_cols == 64 and t.dq_adders == 2
+    assert t.smem_bytes <= H100.smem_per_block < halves.halves_layout(spec, 3, True).total_bytes
+    # Warpgroup 1's dQ (64 queries x columns 96-191, fp32) staged for its bulk reduction.
+    assert t.smem.offset("Rows") - t.smem.offset("DQ") == 64 * 96 * 4 == halves.staged_dq_bytes(192)
     # dK^T and dV^T (2 x 192 x 48 / 128), the scores' 48 and the rows' 4, the overhead.
     assert t.regs_estimate == 144 + 52 + 40 == halves.halves_registers(192) <= t.consumer_regs == 240
+
+
+@pytest.mark.parametrize("extra", [{"deterministic": True}, {"score_mod": {"softcap": 30.0}}])
+def test_halves_add_dq_from_registers_where_staging_does_not_serve(extra: dict[str, object]) -> None:
+    """The ordered dQ keeps its turns around reductions from registers; a score mod whose derivative varies per
+    element spilled beside the staging: both add all of dQ from registers, with no staging region."""
+    spec = AttentionSpec(head_dim=192, dtype="bf16", mask="causal", **extra)  # type: ignore[arg-type]
+    t = halves.halves_tiling(spec, H100)
+    assert not halves.staged_dq(spec) and not t.dq_bulk and t.smem.offset("Rows") == t.smem.offset("DQ")
 
 
 def test_halves_say_why_they_do_not_fit() -> None:
@@ -92,8 +102,9 @@ def test_deterministic_packed_specs_take_the_split_and_say_why() -> None:
 
 def test_halves_kernel_compiles_to_the_products_and_reductions_it_names() -> None:
     """Per step and warpgroup: S and dP (head_dim / 16 k-steps of 64 x 48), dV^T and dK^T (4 k-steps x 3 boxes of
-    64 x 48), dQ's pieces (6 k-steps each: 64 + 32 columns), P and dS stored transposed by stmatrix.trans, and 12
-    four-float reductions per thread into the tile-ordered accumulator; no spills, no TMA reduction."""
+    64 x 48), dQ's pieces (6 k-steps each: 64 + 32 columns), P and dS stored transposed by stmatrix.trans;
+    warpgroup 0's 12 four-float reductions per thread into the tile-ordered accumulator and warpgroup 1's one bulk
+    reduction of its staged columns; no spills, no TMA (tensor) reduction."""
     from attngen.toolchain.sass import disassemble, opcodes
 
     cubin = build.build_bwd(AttentionSpec(head_dim=192, dtype="bf16", mask="causal"), "sm90")
@@ -102,7 +113,8 @@ def test_halves_kernel_compiles_to_the_products_and_reductions_it_names() -> Non
     sass = disassemble(cubin.data)
     assert _hgmma_shapes(sass) == {"64x48x16": 2 * (2 * 192 // 16 + 2 * 3 * 4), "64x64x16": 2 * 6, "64x32x16": 2 * 6}
     ops = opcodes(sass)
-    assert ops["REDG"] == 2 * (8 + 4) and all("F32x4" in line for line in sass.splitlines() if "REDG" in line)
+    assert ops["REDG"] == 8 + 4 and all("F32x4" in line for line in sass.splitlines() if "REDG" in line)
+    assert ops["UBLKRED"] == 1
     assert ops["UTMAREDG"] == 0 and ops["LDL"] == ops["STL"] == 0 and ops["HMMA"] == 0
     assert "stmatrix.sync.aligned.m8n8.x4.trans" in cubin.source.code
 

@@ -41,6 +41,12 @@ DQ_PIECES: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {
 }
 #: The head dims that take this tiling: those with dQ pieces.
 HALVES_HEAD_DIMS = tuple(sorted(DQ_PIECES))
+#: The warpgroup whose dQ columns are staged in shared memory (in the accumulator's fragment order) and added by one
+#: bulk reduction (HopperBwdTiling.dq_bulk), where the ordered dQ does not keep turns: its columns (96-191, box 1's
+#: second half and box 2) are one contiguous run of a tile in the accumulator. Warpgroup 0 adds from registers: both
+#: staged would take 48 KB, and two stages already hold 198.7 of 227 KB (the reductions held 14-19% of the stall
+#: samples, results/h100/halves/ncu).
+STAGED_WG = 1
 
 
 def halves_refusal(spec: AttentionSpec) -> str | None:
@@ -54,15 +60,31 @@ def halves_refusal(spec: AttentionSpec) -> str | None:
     return None
 
 
-def halves_layout(spec: AttentionSpec, stages: int) -> SmemRegions:
-    """K and V (96 rows), the Q and dO stages, dS^T and P^T (96 x 64), no dQ staging, the stages' row values (LSE
-    in log2 units and D), the mbarriers, the live-tile bitmap of a mask with holes, the alignment slack."""
+def staged_dq(spec: AttentionSpec) -> bool:
+    """Whether STAGED_WG stages its dQ: not where the ordered dQ keeps turns around reductions from registers
+    (deterministic), nor under a score mod whose derivative varies per element (its one pass of P and dS spilled
+    28 B of stores beside the staging under NVRTC 13.5)."""
+    from ..features.variant import variant_of
+    from ..features.variant_cxx import score_grad_is_const
+
+    return not spec.deterministic and score_grad_is_const(variant_of(spec))
+
+
+def staged_dq_bytes(head_dim: int) -> int:
+    """STAGED_WG's dQ columns of a 64-query step in fp32: its staging buffer."""
+    return BLOCK_M * sum(n for _, n in DQ_PIECES[head_dim][STAGED_WG]) * 4
+
+
+def halves_layout(spec: AttentionSpec, stages: int, staged: bool) -> SmemRegions:
+    """K and V (96 rows), the Q and dO stages, dS^T and P^T (96 x 64), STAGED_WG's dQ staging when `staged`, the
+    stages' row values (LSE in log2 units and D), the mbarriers, the live-tile bitmap of a mask with holes, the
+    alignment slack."""
     d, n, m = spec.head_dim, WGS * HALF_ROWS, BLOCK_M
     e = dtype_trait(spec.dtype).size
     return SmemRegions.stack([
         ("K", n * d * e), ("V", n * d * e), ("Q", stages * m * d * e), ("DO", stages * m * d * e), ("DS", n * m * e),
-        ("P", n * m * e), ("DQ", 0), ("Rows", stages * 2 * m * 4), ("Bar", 8 * (1 + 2 * stages)),
-        ("Schedule", 4 * schedule_words(spec)), ("Slack", ALIGN_SLACK)])
+        ("P", n * m * e), ("DQ", staged_dq_bytes(d) if staged else 0), ("Rows", stages * 2 * m * 4),
+        ("Bar", 8 * (1 + 2 * stages)), ("Schedule", 4 * schedule_words(spec)), ("Slack", ALIGN_SLACK)])
 
 
 def halves_registers(head_dim: int) -> int:
@@ -86,15 +108,16 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
         raise PlanError(f"head_dim {d}: the KV-row halves need ~{regs} registers per consumer thread; "
                         f"{info.arch.value} gives {consumer_regs}")
     needs = []
+    staged = staged_dq(spec)
     for stages in range(MAX_STAGES, 1, -1):
-        layout = halves_layout(spec, stages)
+        layout = halves_layout(spec, stages, staged)
         if layout.total_bytes <= info.smem_per_block:
             return HopperBwdTiling(block_m=BLOCK_M, block_n=WGS * HALF_ROWS, stages=stages,
                                    producer_regs=producer_regs, consumer_regs=consumer_regs, dq_cols=DQ_BOX,
                                    dq_col_step=0, dq_query_step=0, dkv_from_smem=True,
                                    smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                                    schedule_words=schedule_words(spec), kv_halves=True, dq_red=True,
-                                   ordered_dq=spec.deterministic)
+                                   dq_bulk=staged, ordered_dq=spec.deterministic)
         needs.append(f"{stages} stages {layout.total_bytes} B")
     raise PlanError(f"head_dim {d}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B per block")
 
@@ -108,7 +131,7 @@ def halves_ops(head_dim: int, k: int) -> dict[str, object]:
     widths = sorted({n for wg in DQ_PIECES[head_dim] for _, n in wg})
     dq_ops = tuple(WgmmaOp(n, a_in_regs=False, trans_b=True, trans_a=True, k=k) for n in widths)
     return {"s_op": s_op, "acc_op": acc_op, "dq_piece_ops": dq_ops, "dq_pieces": DQ_PIECES[head_dim],
-            "wgmma_ops": (s_op, acc_op, *dq_ops)}
+            "staged_wg": STAGED_WG, "wgmma_ops": (s_op, acc_op, *dq_ops)}
 
 
 def halves_line(t: HopperBwdTiling, head_dim: int) -> str:
@@ -116,5 +139,7 @@ def halves_line(t: HopperBwdTiling, head_dim: int) -> str:
     cols = [f"wg{i}: KV rows {HALF_ROWS * i}-{HALF_ROWS * (i + 1) - 1}, dQ columns {pieces[0][0]}-"
             f"{pieces[-1][0] + pieces[-1][1] - 1}" for i, pieces in enumerate(DQ_PIECES[head_dim])]
     order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
+    how = (f"wg{STAGED_WG}'s staged in fragment order and added by one bulk reduction, the other's from registers by "
+           "red.global.add.v4.f32" if t.dq_bulk else "added from registers by red.global.add.v4.f32")
     return (f"KV rows halved between {WGS} warpgroups ({'; '.join(cols)}), dK^T and dV^T at the full head dim, "
-            f"dQ added from registers by red.global.add.v4.f32 into a tile-ordered accumulator{order}")
+            f"dQ {how} into a tile-ordered accumulator{order}")
