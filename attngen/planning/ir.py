@@ -291,6 +291,8 @@ class HopperBwdTiling(_Frozen):
     #: With dq_red and without split: the consumers stage each dQ product in shared memory in that fragment order
     #: (16-byte stores, conflict-free) and producer warp 1 adds each warpgroup's 64 x 64 box with one contiguous bulk
     #: reduction (cp.reduce.async.bulk .add.f32), off the consumers' path, instead of red.global.add from registers.
+    #: With kv_halves: one warpgroup's columns (sm90_bwd_halves.STAGED_WG) staged so and added by one bulk reduction
+    #: its own thread issues; the other warpgroup adds from registers.
     dq_bulk: bool = False
     #: With dq_before_dk and dV/dK fed from registers: dK's product reads dS^T from shared memory (stored there for
     #: dQ's) instead of its packed register copy, which then dies once stored (registers for dQ's accumulator).
