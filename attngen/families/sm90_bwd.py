@@ -88,6 +88,16 @@ DKV_FROM_SMEM_BLOCK_M: frozenset[int] = frozenset()
 #: (results/h100/hd64_rs, against one tile): hd64 (then two stages) +1-5%, 8k 466-474 -> 472-480, causal 445 ->
 #: 458-461, 16k 480 -> 501-505; hd128 (three stages still fit: 226.6 KB) level to +2%.
 DS_BUFFERS = 2
+#: dQ's product of a step issued in the next step (HopperBwdTiling.dq_deferred), its dS^T tile signalled by mbarriers
+#: instead of a named barrier of both consumer warpgroups a step. Why: the warpgroups meet at that barrier every step, so
+#: their exps and conversions coincide and the tensor pipe idles through them together (results/h100/q80/ncu,
+#: NOTES.md); deferred, neither waits for the other's current step. Served where dS^T has two tiles, dV and dK come
+#: from registers, dQ is staged for producer warp 1 and not ordered (dq_deferral_serves). A module constant for the
+#: device A/B.
+DQ_DEFERRED = False
+#: With DQ_DEFERRED: warpgroup 1 starts once warpgroup 0's first S^T is ready (HopperBwdTiling.dq_stagger), a half
+#: step apart from the start. A module constant for the device A/B.
+DQ_STAGGER = False
 #: dK and dV written through shared memory at the end of a block (HopperBwdTiling.dkv_staged): a warp's 16 rows packed
 #: into the K and V tiles' rows by stmatrix, then 16-byte row chunks to global memory, two whole rows a warp store at
 #: hd128 where the fragments' 4-byte stores cover 16 bytes of eight rows. Why: against FlashAttention-4 at 2k the
@@ -167,8 +177,11 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     col_step, query_step = (0, 64) if bm == 128 else (64, 0)
     from_smem = bm in DKV_FROM_SMEM_BLOCK_M
     words = schedule_words(spec)
-    fits = _layouts(spec, bm=bm, from_smem=from_smem, from_registers=from_registers, dq_cols=dq_cols, words=words)
+    deferral = dq_deferral_serves(staged=not from_registers, ordered_dq=ordered_dq, from_smem=from_smem, swap=swap)
+    fits = _layouts(spec, bm=bm, from_smem=from_smem, from_registers=from_registers, dq_cols=dq_cols, words=words,
+                    deferral=deferral)
     st, ds, layout = next((f for f in fits if f[2].total_bytes <= info.smem_per_block), fits[-1])
+    deferred = deferral and ds > 1
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
     # dK and dV (head_dim fp32 registers a thread together), S^T and dP^T (block_m), the rest; D is read late at
@@ -182,18 +195,28 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
-                           dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED)
+                           dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
+                           dq_stagger=deferred and DQ_STAGGER)
+
+
+def dq_deferral_serves(*, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
+    """Whether a step may issue the previous step's dQ product (DQ_DEFERRED; HopperBwdTiling.dq_deferred, given two
+    dS^T tiles): dV and dK from registers (P^T's shared tile has one buffer), dQ staged for producer warp 1 (it walks
+    the steps in order and finds each box's tile itself), not ordered (an ordered dQ keeps its turns in step) and no
+    transposed dQ product (dK reads dS^T from shared memory there)."""
+    return DQ_DEFERRED and staged and not ordered_dq and not from_smem and not swap
 
 
 def _layouts(spec: AttentionSpec, *, bm: int, from_smem: bool, from_registers: bool, dq_cols: int,
-             words: int) -> list[tuple[int, int, SmemRegions]]:
+             words: int, deferral: bool) -> list[tuple[int, int, SmemRegions]]:
     """(Q/dO stages, dS^T tiles, layout) in the planner's order of preference: the most dS^T tiles (DS_BUFFERS; one
     where dV and dK read shared memory), then the most stages (STAGES, by whether dQ is added from registers), down to
     MIN_STAGES; a mask with holes (words) keeps two stages (its live-tile walk beside a third stage's index spilled
-    16 B at hd128 under NVRTC 13.0)."""
+    16 B at hd128 under NVRTC 13.0). With deferral (dq_deferral_serves) two dS^T tiles take their mbarriers."""
     most = MIN_STAGES if words else STAGES[from_registers]
     return [(st, ds, _rows_layout(spec, bm=bm, stages=st, ds_buffers=ds, from_smem=from_smem,
-                                  dq_cols=0 if from_registers else dq_cols, words=words))
+                                  dq_cols=0 if from_registers else dq_cols, words=words,
+                                  deferred=deferral and ds > 1))
             for ds in range(1 if from_smem else DS_BUFFERS, 0, -1) for st in range(most, MIN_STAGES - 1, -1)]
 
 
@@ -202,8 +225,10 @@ def layout_lines(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> lis
     one it took, and why the ones before were rejected."""
     from_registers = t.dq_red and not t.dq_bulk
     lines = []
+    deferral = dq_deferral_serves(staged=not from_registers, ordered_dq=t.ordered_dq, from_smem=t.dkv_from_smem,
+                                  swap=t.dk_from_smem)
     for st, ds, regions in _layouts(spec, bm=t.block_m, from_smem=t.dkv_from_smem, from_registers=from_registers,
-                                   dq_cols=t.dq_cols, words=t.schedule_words):
+                                   dq_cols=t.dq_cols, words=t.schedule_words, deferral=deferral):
         taken = (st, ds) == (t.stages, t.ds_buffers)
         verdict = "taken" if taken else f"rejected: over {info.arch.value}'s {info.smem_per_block} B"
         lines.append(f"{st} stages x {ds} dS^T tile{'s' if ds > 1 else ''}: {regions.total_bytes} B, {verdict}")
@@ -213,10 +238,11 @@ def layout_lines(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> lis
 
 
 def _rows_layout(spec: AttentionSpec, *, bm: int, stages: int, ds_buffers: int, from_smem: bool, dq_cols: int,
-                words: int) -> SmemRegions:
+                words: int, deferred: bool = False) -> SmemRegions:
     """K, V; the Q and dO stages; ds_buffers tiles of dS^T; P^T when dV and dK take it from shared memory (from_smem);
     one fp32 dQ staging box of 64 x dq_cols per consumer warpgroup (0: dQ added from registers); per stage the query
-    tile's LSE and D (bulk-copied beside Q and dO); the mbarriers; a mask with holes' live-tile bitmap
+    tile's LSE and D (bulk-copied beside Q and dO); the mbarriers (K and V, each stage's full and empty, and with a
+    deferred dQ each dS^T tile's stored and free); a mask with holes' live-tile bitmap
     (planning.shared.SCHEDULE_WORDS). dS^T's rows are whole 128-byte swizzle rows of 64 queries (an 80-query tile takes
     two, the second a quarter used): dK's A operand steps through them by k-steps, dQ^T's B operand reads them
     MN-major."""
@@ -226,7 +252,8 @@ def _rows_layout(spec: AttentionSpec, *, bm: int, stages: int, ds_buffers: int, 
         ("K", bn * d * e), ("V", bn * d * e), ("Q", stages * bm * d * e), ("DO", stages * bm * d * e),
         ("DS", ds_buffers * bn * ds_cols * e), ("P", bn * bm * e if from_smem else 0),
         ("DQ", bn // 64 * 64 * dq_cols * 4),
-        ("Rows", stages * 2 * bm * 4), ("Bar", 8 * (1 + 2 * stages)), ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
+        ("Rows", stages * 2 * bm * 4), ("Bar", 8 * (1 + 2 * stages + (2 * ds_buffers if deferred else 0))),
+        ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
 
 
 def block_m(spec: AttentionSpec, bulk: bool) -> int:
@@ -388,6 +415,8 @@ class Sm90Backward(BackwardFamily):
             line += (f"dV and dK from {'shared memory' if hb.dkv_from_smem else 'registers'}, "
                      f"{hb.ds_buffers} dS^T tile{'s' if hb.ds_buffers > 1 else ''}, "
                      f"dK and dV out {'through shared memory' if hb.dkv_staged else 'from the fragments'}, ")
+            if hb.dq_deferred:
+                line += "dQ's product a step late" + (", warpgroups staggered" if hb.dq_stagger else "") + ", "
         line += (_owner_line(hb, plan.spec.head_dim) if hb.split or hb.kv_halves
                  else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
         return line + (", dependent launches" if plan.dependent_launch else "")

@@ -299,6 +299,14 @@ class HopperBwdTiling(_Frozen):
     dk_from_smem: bool = False
     #: dS^T tiles in shared memory: 2 alternate by step (one named barrier a step around them instead of two).
     ds_buffers: int = 1
+    #: With two dS^T tiles, dV and dK from registers and dQ staged for producer warp 1: a step issues the previous
+    #: step's dQ product, once an mbarrier per tile says every consumer warp has stored its dS^T rows there, instead of
+    #: its own after a named barrier of both warpgroups; a tile is rewritten once a second mbarrier says both dQ
+    #: products that read it are done. The warpgroups then need not meet every step.
+    dq_deferred: bool = False
+    #: With dq_deferred: warpgroup 1 starts its first step once warpgroup 0's first S^T is ready, so that one's
+    #: exps run under the other's products from the start.
+    dq_stagger: bool = False
     #: Without split: dK and dV leave through shared memory (each warp's rows packed into the K and V tiles' rows its
     #: warpgroup owned, then written by 16-byte row chunks) instead of by 4-byte stores from the fragments.
     dkv_staged: bool = False
