@@ -47,12 +47,17 @@ def overrides(kind: str) -> Iterator[None]:
             setattr(module, attr, old)
 
 
-def make_step(kind: str, head_dim: int, seqlen: int, causal: bool, forward: bool) -> Callable[[], None]:
-    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal" if causal else "none")
+def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, forward: bool) -> Callable[[], None]:
+    """One call of `kind`. Each kind's spec has a name of its own: the op finds a kernel's launchers by a key of its
+    spec's name and its forward cubins, so kinds that differ only in their backward builds would otherwise share the
+    last one registered."""
+    mask = "causal" if causal else "none"
+    spec = AttentionSpec(name=f"{mask}_hd{head_dim}_kind{index}", head_dim=head_dim, dtype="bf16", mask=mask)
     ours = kind.startswith("attngen")
     q, k, v = (t.requires_grad_(not forward) for t in make_inputs(Config(head_dim, seqlen, causal), "bf16", 0))
     with overrides(kind if ours else ""):
-        fwd = _impl("attngen" if ours else kind, attngen.compile(spec) if ours else None, causal)
+        kernel = attngen.compile(spec) if ours else None
+        fwd = _impl("attngen" if ours else kind, kernel, causal)
         if forward:
             step = lambda: fwd(q, k, v)  # noqa: E731
         else:
@@ -60,11 +65,15 @@ def make_step(kind: str, head_dim: int, seqlen: int, causal: bool, forward: bool
             out = fwd(q, k, v)
             step = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
         step()   # the kernels are built now, under the overrides
+        if kernel is not None:   # which build each kind runs: kinds of an A/B must differ here
+            built = kernel.cubins if forward else kernel.backward.cubins
+            keys = " ".join(c.cache_key[:12] for c in built.values())
+            print(f"{kind}: {'forward' if forward else 'backward'} {keys}")
     return step  # type: ignore[return-value]
 
 
 def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, forward: bool) -> None:
-    steps = {kind: make_step(kind, head_dim, seqlen, causal, forward) for kind in kinds}
+    steps = {kind: make_step(kind, i, head_dim, seqlen, causal, forward) for i, kind in enumerate(kinds)}
     for step in steps.values():
         for _ in range(3):
             step()
