@@ -88,16 +88,17 @@ DKV_FROM_SMEM_BLOCK_M: frozenset[int] = frozenset()
 #: (results/h100/hd64_rs, against one tile): hd64 (then two stages) +1-5%, 8k 466-474 -> 472-480, causal 445 ->
 #: 458-461, 16k 480 -> 501-505; hd128 (three stages still fit: 226.6 KB) level to +2%.
 DS_BUFFERS = 2
-#: dQ's product of a step issued in the next step (HopperBwdTiling.dq_deferred), its dS^T tile signalled by mbarriers
-#: instead of a named barrier of both consumer warpgroups a step. Why: the warpgroups meet at that barrier every step, so
-#: their exps and conversions coincide and the tensor pipe idles through them together (results/h100/q80/ncu,
-#: NOTES.md); deferred, neither waits for the other's current step. Served where dS^T has two tiles, dV and dK come
-#: from registers, dQ is staged for producer warp 1 and not ordered (dq_deferral_serves). A module constant for the
-#: device A/B.
-DQ_DEFERRED = False
-#: With DQ_DEFERRED: warpgroup 1 starts once warpgroup 0's first S^T is ready (HopperBwdTiling.dq_stagger), a half
-#: step apart from the start. A module constant for the device A/B.
-DQ_STAGGER = False
+#: The query tiles (block_m) whose dQ product is issued in the next step (HopperBwdTiling.dq_deferred), its dS^T tile
+#: signalled by mbarriers instead of a named barrier of both consumer warpgroups a step. Why: the warpgroups met at
+#: that barrier every step, so their exps and conversions coincided and the tensor pipe idled through them together
+#: (results/h100/q80/ncu, NOTES.md). Measured on the H100 (results/h100/dq_deferred/ab_1, timed alternately in one
+#: process, against main's order): hd64 (128-query tiles) +3-8%, with DQ_STAGGER_BLOCK_M +6-11%; hd128 (64) -0.3 to
+#: +1.9%, with the stagger -1 to -3%: so 128 only. Served where dS^T has two tiles, dV and dK come from registers, dQ
+#: is staged for producer warp 1 and not ordered (dq_deferral_serves).
+DQ_DEFERRED_BLOCK_M: frozenset[int] = frozenset({128})
+#: The query tiles of a deferred dQ whose warpgroup 1 starts once warpgroup 0's first S^T is ready
+#: (HopperBwdTiling.dq_stagger): a step's exps of one then run under the other's products from the first step.
+DQ_STAGGER_BLOCK_M: frozenset[int] = frozenset({128})
 #: dK and dV written through shared memory at the end of a block (HopperBwdTiling.dkv_staged): a warp's 16 rows packed
 #: into the K and V tiles' rows by stmatrix, then 16-byte row chunks to global memory, two whole rows a warp store at
 #: hd128 where the fragments' 4-byte stores cover 16 bytes of eight rows. Why: against FlashAttention-4 at 2k the
@@ -177,7 +178,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     col_step, query_step = (0, 64) if bm == 128 else (64, 0)
     from_smem = bm in DKV_FROM_SMEM_BLOCK_M
     words = schedule_words(spec)
-    deferral = dq_deferral_serves(staged=not from_registers, ordered_dq=ordered_dq, from_smem=from_smem, swap=swap)
+    deferral = dq_deferral_serves(bm, staged=not from_registers, ordered_dq=ordered_dq, from_smem=from_smem, swap=swap)
     fits = _layouts(spec, bm=bm, from_smem=from_smem, from_registers=from_registers, dq_cols=dq_cols, words=words,
                     deferral=deferral)
     st, ds, layout = next((f for f in fits if f[2].total_bytes <= info.smem_per_block), fits[-1])
@@ -196,15 +197,15 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
-                           dq_stagger=deferred and DQ_STAGGER)
+                           dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M)
 
 
-def dq_deferral_serves(*, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
-    """Whether a step may issue the previous step's dQ product (DQ_DEFERRED; HopperBwdTiling.dq_deferred, given two
+def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
+    """Whether a step may issue the previous step's dQ product (DQ_DEFERRED_BLOCK_M; HopperBwdTiling.dq_deferred, given two
     dS^T tiles): dV and dK from registers (P^T's shared tile has one buffer), dQ staged for producer warp 1 (it walks
     the steps in order and finds each box's tile itself), not ordered (an ordered dQ keeps its turns in step) and no
     transposed dQ product (dK reads dS^T from shared memory there)."""
-    return DQ_DEFERRED and staged and not ordered_dq and not from_smem and not swap
+    return block_m in DQ_DEFERRED_BLOCK_M and staged and not ordered_dq and not from_smem and not swap
 
 
 def _layouts(spec: AttentionSpec, *, bm: int, from_smem: bool, from_registers: bool, dq_cols: int,
@@ -225,8 +226,8 @@ def layout_lines(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> lis
     one it took, and why the ones before were rejected."""
     from_registers = t.dq_red and not t.dq_bulk
     lines = []
-    deferral = dq_deferral_serves(staged=not from_registers, ordered_dq=t.ordered_dq, from_smem=t.dkv_from_smem,
-                                  swap=t.dk_from_smem)
+    deferral = dq_deferral_serves(t.block_m, staged=not from_registers, ordered_dq=t.ordered_dq,
+                                  from_smem=t.dkv_from_smem, swap=t.dk_from_smem)
     for st, ds, regions in _layouts(spec, bm=t.block_m, from_smem=t.dkv_from_smem, from_registers=from_registers,
                                    dq_cols=t.dq_cols, words=t.schedule_words, deferral=deferral):
         taken = (st, ds) == (t.stages, t.ds_buffers)
