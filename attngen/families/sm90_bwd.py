@@ -201,10 +201,10 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
-    """Whether a step may issue the previous step's dQ product (DQ_DEFERRED_BLOCK_M; HopperBwdTiling.dq_deferred, given two
-    dS^T tiles): dV and dK from registers (P^T's shared tile has one buffer), dQ staged for producer warp 1 (it walks
-    the steps in order and finds each box's tile itself), not ordered (an ordered dQ keeps its turns in step) and no
-    transposed dQ product (dK reads dS^T from shared memory there)."""
+    """Whether a step may issue the previous step's dQ product (block_m in DQ_DEFERRED_BLOCK_M;
+    HopperBwdTiling.dq_deferred, given two dS^T tiles): dV and dK from registers (P^T's shared tile has one buffer),
+    dQ staged for producer warp 1 (it walks the steps in order and finds each box's tile itself), not ordered (an
+    ordered dQ keeps its turns in step) and no transposed dQ product (dK reads dS^T from shared memory there)."""
     return block_m in DQ_DEFERRED_BLOCK_M and staged and not ordered_dq and not from_smem and not swap
 
 
