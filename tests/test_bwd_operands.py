@@ -127,7 +127,7 @@ def test_explain_says_which_layouts_were_rejected_and_why() -> None:
     plan = _plan(64)
     lines = sm90_bwd.Sm90Backward().explain_lines(plan)
     layouts = [line for line in lines if line.startswith("shared memory")]
-    # 233,528 B, and 32 B of the deferred dQ's mbarriers (test_bwd_deferred_dq.py)
+    # 233,528 B, and 32 B of the deferred dQ's mbarriers (the deferral tests below)
     assert layouts == [f"shared memory, 3 stages x 2 dS^T tiles: {233560} B, rejected: over sm90's {BUDGET} B",
                        f"shared memory, 2 stages x 2 dS^T tiles: {plan.dkdv_wgmma.smem_bytes} B, taken"]
     assert [line for line in sm90_bwd.Sm90Backward().explain_lines(_plan(128)) if line.startswith("shared memory")] \
