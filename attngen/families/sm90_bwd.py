@@ -105,6 +105,10 @@ DQ_STAGGER_BLOCK_M: frozenset[int] = frozenset({128})
 #: dK/dV kernel's time fits ~10 us of fixed cost a block against its ~2 (results/h100/prepared/call_vs_kernels,
 #: NOTES.md). A module constant for the device A/B.
 DKV_STAGED = True
+#: dS stored as [query][KV row] and read K-major by dQ's product (HopperBwdTiling.ds_kmajor), as FlashAttention-4
+#: stores it, instead of dS^T read transposed. Why: the hd64 profile beside FlashAttention-4's (results/h100/ncu_hd64)
+#: has attngen's consumers waiting on dQ's product about twice as long. A module constant for the device A/B.
+DS_KMAJOR = False
 #: The three kernels launched as programmatic dependents (HopperBwdPlan.dependent_launch), as FlashAttention-4's
 #: preprocess and sm90 backward are: the dK/dV kernel's blocks start under the preprocess's last wave and load K, V and
 #: the first Q and dO tiles before they wait for its D and LSE; dq_convert's launch latency hides under the dK/dV
@@ -197,7 +201,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
-                           dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M)
+                           dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
+                           ds_kmajor=DS_KMAJOR and not from_smem and not swap)
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
@@ -433,9 +438,10 @@ class Sm90Backward(BackwardFamily):
         elif hb.split:
             ops = split_ops(hb, k)
         else:
-            t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k)
+            t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k,
+                                                          dq_trans_a=not hb.ds_kmajor)
             ops = {"t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op, "dq_op": dq_op,
-                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
+                   "wgmma_ops": tuple({op.name: op for op in (t_op, acc_op, acc_ss_op, dq_op)}.values())}
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "dependent_launch": plan.dependent_launch}

@@ -314,6 +314,9 @@ class HopperBwdTiling(_Frozen):
     #: accumulated transposed (dK^T = Q^T dS: M = head_dim) so that a half need not be a multiple of wgmma's M; P^T and
     #: dS^T go through shared memory, dQ is split by columns and added from registers (families/sm90_bwd_halves.py).
     kv_halves: bool = False
+    #: With dV and dK from registers and 64-row-multiple query tiles: dS is stored as [query][KV row] (stmatrix .trans)
+    #: and dQ's product reads it K-major, instead of dS^T read M-major (transposed by the instruction).
+    ds_kmajor: bool = False
 
     @property
     def dq_swap(self) -> bool:
