@@ -109,6 +109,12 @@ DKV_STAGED = True
 #: stores it, instead of dS^T read transposed. Why: the hd64 profile beside FlashAttention-4's (results/h100/ncu_hd64)
 #: has attngen's consumers waiting on dQ's product about twice as long. A module constant for the device A/B.
 DS_KMAJOR = False
+#: The query tiles (block_m) whose P^T is packed beside its exps, before dP^T's product is waited on
+#: (HopperBwdTiling.p_early; FlashAttention-4's order), instead of after dS^T. Why: the hd64 profile beside
+#: FlashAttention-4's (results/h100/ncu_hd64) has the exp2s' MUFUs issued back to back with nothing beside them. Not
+#: at 128 queries: P^T's packed copy (32 registers) beside S^T, dP^T and the accumulators spills 96-184 B there. A
+#: module constant for the device A/B.
+P_EARLY_BLOCK_M: frozenset[int] = frozenset()
 #: The three kernels launched as programmatic dependents (HopperBwdPlan.dependent_launch), as FlashAttention-4's
 #: preprocess and sm90 backward are: the dK/dV kernel's blocks start under the preprocess's last wave and load K, V and
 #: the first Q and dO tiles before they wait for its D and LSE; dq_convert's launch latency hides under the dK/dV
@@ -202,7 +208,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
-                           ds_kmajor=DS_KMAJOR and not from_smem and not swap)
+                           ds_kmajor=DS_KMAJOR and not from_smem and not swap,
+                           p_early=bm in P_EARLY_BLOCK_M and not from_smem)
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
@@ -423,6 +430,10 @@ class Sm90Backward(BackwardFamily):
                      f"dK and dV out {'through shared memory' if hb.dkv_staged else 'from the fragments'}, ")
             if hb.dq_deferred:
                 line += "dQ's product a step late" + (", warpgroups staggered" if hb.dq_stagger else "") + ", "
+            if hb.p_early:
+                line += "P^T packed before dP^T is waited on, "
+            if hb.ds_kmajor:
+                line += "dS K-major, "
         line += (_owner_line(hb, plan.spec.head_dim) if hb.split or hb.kv_halves
                  else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
         return line + (", dependent launches" if plan.dependent_launch else "")

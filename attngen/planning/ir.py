@@ -317,6 +317,9 @@ class HopperBwdTiling(_Frozen):
     #: With dV and dK from registers and 64-row-multiple query tiles: dS is stored as [query][KV row] (stmatrix .trans)
     #: and dQ's product reads it K-major, instead of dS^T read M-major (transposed by the instruction).
     ds_kmajor: bool = False
+    #: Without split, dV and dK from registers: P^T is packed into dV's A fragments beside its exps, before dP^T's
+    #: product is waited on (FlashAttention-4's order), instead of after dS^T.
+    p_early: bool = False
 
     @property
     def dq_swap(self) -> bool:
