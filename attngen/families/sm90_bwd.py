@@ -115,6 +115,10 @@ DS_KMAJOR = False
 #: at 128 queries: P^T's packed copy (32 registers) beside S^T, dP^T and the accumulators spills 96-184 B there. A
 #: module constant for the device A/B.
 P_EARLY_BLOCK_M: frozenset[int] = frozenset()
+#: dV's product issued after dS^T's stores and dK's after dV's is done (HopperBwdTiling.dv_after_ds), FlashAttention-4's
+#: order. Why: the hd64 profile beside FlashAttention-4's (results/h100/ncu_hd64) has attngen's consumers waiting
+#: longer on the fence after dS^T's stores and on dQ's product. A module constant for the device A/B.
+DV_AFTER_DS = False
 #: The three kernels launched as programmatic dependents (HopperBwdPlan.dependent_launch), as FlashAttention-4's
 #: preprocess and sm90 backward are: the dK/dV kernel's blocks start under the preprocess's last wave and load K, V and
 #: the first Q and dO tiles before they wait for its D and LSE; dq_convert's launch latency hides under the dK/dV
@@ -209,7 +213,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            ds_kmajor=DS_KMAJOR and not from_smem and not swap,
-                           p_early=bm in P_EARLY_BLOCK_M and not from_smem)
+                           p_early=bm in P_EARLY_BLOCK_M and not from_smem,
+                           dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred)
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
@@ -434,6 +439,8 @@ class Sm90Backward(BackwardFamily):
                 line += "P^T packed before dP^T is waited on, "
             if hb.ds_kmajor:
                 line += "dS K-major, "
+            if hb.dv_after_ds:
+                line += "dV's product after dS^T's stores, "
         line += (_owner_line(hb, plan.spec.head_dim) if hb.split or hb.kv_halves
                  else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
         return line + (", dependent launches" if plan.dependent_launch else "")

@@ -320,6 +320,10 @@ class HopperBwdTiling(_Frozen):
     #: Without split, dV and dK from registers: P^T is packed into dV's A fragments beside its exps, before dP^T's
     #: product is waited on (FlashAttention-4's order), instead of after dS^T.
     p_early: bool = False
+    #: With dq_before_dk, dV/dK from registers and no deferral: dV's product is issued after dS^T's stores (before the
+    #: fence that waits for them) and dK's once dV's is done, behind dQ's (FlashAttention-4's order), instead of dV's
+    #: before the stores and dQ's and dK's back to back.
+    dv_after_ds: bool = False
 
     @property
     def dq_swap(self) -> bool:
