@@ -2,6 +2,8 @@
 --impl fa4, FlashAttention-4's (flash_attn.cute) on the same inputs. The kernels of the last run are listed.
 
     ncu --section SpeedOfLight --section WarpStateStats python benchmarks/profile_one.py --head-dim 128
+    python benchmarks/profile_one.py --backward --impl "attngen:sm90_bwd.DQ_DEFERRED_BLOCK_M=[64]"   (constants
+    overridden as in bwd_interleaved.py's kinds)
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from bwd_interleaved import overrides
 
 import attngen
 from attngen.spec.model import AttentionSpec
@@ -21,7 +24,7 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--pipeline", default="auto")
     ap.add_argument("--backward", action="store_true", help="run forward and backward")
-    ap.add_argument("--impl", choices=("attngen", "fa4"), default="attngen")
+    ap.add_argument("--impl", default="attngen", help="attngen, fa4, or attngen:<module>.<CONST>=<literal>;...")
     args = ap.parse_args()
     d, s = args.head_dim, args.seqlen
     b, h = max(1, 16384 // s), 2048 // d
@@ -36,15 +39,18 @@ def main() -> None:
     else:
         spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if args.causal else "none",
                              pipeline=args.pipeline)
-        kernel = attngen.compile(spec)
+        with overrides(args.impl):
+            kernel = attngen.compile(spec)
 
         def run() -> torch.Tensor:
             return kernel(q, k, v)
         print(kernel.cubins[next(iter(kernel.cubins))].source.plan.summary()["kernel_name"])
-    for _ in range(2):
-        out = run()
-        if args.backward:
-            out.backward(torch.randn_like(out))
+    with overrides(args.impl if args.impl.startswith("attngen") else ""):
+        # The backward's kernels are built at its first call: the overrides hold through the warm-up too.
+        for _ in range(2):
+            out = run()
+            if args.backward:
+                out.backward(torch.randn_like(out))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         out = run()
         if args.backward:
