@@ -6,6 +6,7 @@ the ratio of their medians is steadier than two separate runs' (one round of a s
 
     python3 benchmarks/bwd_interleaved.py [--head-dims 64,128] [--seqlens 2048,8192,16384] [--reps 10] [--forward]
     python3 benchmarks/bwd_interleaved.py --kinds "attngen:sm90_bwd.P_EARLY_BLOCK_M=[],attngen"   (an A/B)
+    python3 benchmarks/bwd_interleaved.py --deterministic --kinds ...   (attngen's deterministic plans)
 """
 
 from __future__ import annotations
@@ -47,12 +48,14 @@ def overrides(kind: str) -> Iterator[None]:
             setattr(module, attr, old)
 
 
-def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, forward: bool) -> Callable[[], None]:
+def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, forward: bool,
+              deterministic: bool = False) -> Callable[[], None]:
     """One call of `kind`. Each kind's spec has a name of its own: the op finds a kernel's launchers by a key of its
     spec's name and its forward cubins, so kinds that differ only in their backward builds would otherwise share the
     last one registered."""
     mask = "causal" if causal else "none"
-    spec = AttentionSpec(name=f"{mask}_hd{head_dim}_kind{index}", head_dim=head_dim, dtype="bf16", mask=mask)
+    spec = AttentionSpec(name=f"{mask}_hd{head_dim}_kind{index}", head_dim=head_dim, dtype="bf16", mask=mask,
+                         deterministic=deterministic)
     ours = kind.startswith("attngen")
     q, k, v = (t.requires_grad_(not forward) for t in make_inputs(Config(head_dim, seqlen, causal), "bf16", 0))
     with overrides(kind if ours else ""):
@@ -72,8 +75,10 @@ def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, f
     return step  # type: ignore[return-value]
 
 
-def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, forward: bool) -> None:
-    steps = {kind: make_step(kind, i, head_dim, seqlen, causal, forward) for i, kind in enumerate(kinds)}
+def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, forward: bool,
+        deterministic: bool = False) -> None:
+    steps = {kind: make_step(kind, i, head_dim, seqlen, causal, forward, deterministic)
+             for i, kind in enumerate(kinds)}
     for step in steps.values():
         for _ in range(3):
             step()
@@ -107,6 +112,7 @@ def main() -> None:
     ap.add_argument("--seqlens", default="2048,8192,16384")
     ap.add_argument("--kinds", default="attngen,fa4", help="comma-separated; attngen:<module>.<CONST>=<literal>;... "
                     "builds attngen with family constants overridden (an A/B in one process)")
+    ap.add_argument("--deterministic", action="store_true", help="attngen's deterministic plans (FA4 runs its default)")
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--forward", action="store_true")
@@ -114,7 +120,7 @@ def main() -> None:
     for d in map(int, args.head_dims.split(",")):
         for s in map(int, args.seqlens.split(",")):
             for mask in args.masks.split(","):
-                one(d, s, mask == "causal", args.kinds.split(","), args.reps, args.forward)
+                one(d, s, mask == "causal", args.kinds.split(","), args.reps, args.forward, args.deterministic)
 
 
 if __name__ == "__main__":

@@ -116,9 +116,18 @@ DS_KMAJOR = False
 #: module constant for the device A/B.
 P_EARLY_BLOCK_M: frozenset[int] = frozenset()
 #: dV's product issued after dS^T's stores and dK's after dV's is done (HopperBwdTiling.dv_after_ds), FlashAttention-4's
-#: order. Why: the hd64 profile beside FlashAttention-4's (results/h100/ncu_hd64) has attngen's consumers waiting
-#: longer on the fence after dS^T's stores and on dQ's product. A module constant for the device A/B.
-DV_AFTER_DS = False
+#: order, where dQ's product is not deferred (hd128). Measured (results/h100/step_orders, one process, 6 repetitions):
+#: alone +0.4-1.4% at hd128; with EXPS_BEFORE_DP's split +0.7-1.0% unmasked, +2.4-3.2% causal. A module constant for
+#: the device A/B.
+DV_AFTER_DS = True
+#: By query tile (block_m): the 8-query tiles of S^T whose exps run before dP^T's product is waited on
+#: (HopperBwdTiling.exps_before_dp; a tile not named: all of them). Why: the hd128 causal profile beside
+#: FlashAttention-4's (results/h100/step_orders/ncu) has attngen's 32 MUFUs a step issued back to back, ~13k stall
+#: samples of `wait` on them against FA4's ~1k, whose exps run half before and half after the wait, interleaved with
+#: the dS values and their packing. Measured (step_orders/exps128, exps64): hd128 half before +0.8-0.9% unmasked,
+#: +1.7-2.2% causal (2 or 6 of the 8 tiles no better); hd64's 128-query step with 12 of 16 before 2-4% slower (8 of 16
+#: spilled 48 B), so it keeps all of them. A module constant for the device A/B.
+EXPS_BEFORE_DP: dict[int, int] = {64: 4}
 #: The three kernels launched as programmatic dependents (HopperBwdPlan.dependent_launch), as FlashAttention-4's
 #: preprocess and sm90 backward are: the dK/dV kernel's blocks start under the preprocess's last wave and load K, V and
 #: the first Q and dO tiles before they wait for its D and LSE; dq_convert's launch latency hides under the dK/dV
@@ -214,7 +223,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            ds_kmajor=DS_KMAJOR and not from_smem and not swap,
                            p_early=bm in P_EARLY_BLOCK_M and not from_smem,
-                           dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred)
+                           dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
+                           exps_before_dp=EXPS_BEFORE_DP.get(bm, 0))
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:

@@ -324,6 +324,9 @@ class HopperBwdTiling(_Frozen):
     #: fence that waits for them) and dK's once dV's is done, behind dQ's (FlashAttention-4's order), instead of dV's
     #: before the stores and dQ's and dK's back to back.
     dv_after_ds: bool = False
+    #: The 8-query tiles of S^T whose exps run before dP^T's product is waited on; 0: all of them. The rest run after
+    #: the wait beside the dS values (FlashAttention-4's order), so that their MUFUs interleave with other work.
+    exps_before_dp: int = 0
 
     @property
     def dq_swap(self) -> bool:
