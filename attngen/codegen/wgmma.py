@@ -84,14 +84,13 @@ class WgmmaOp:
         return f'{a}, "l"(desc_b), "r"(scale_d)'
 
 
-def backward_ops(block_m: int, head_dim: int, dq_cols: int, k: int, dq_trans_a: bool = True) -> tuple[WgmmaOp, ...]:
+def backward_ops(block_m: int, head_dim: int, dq_cols: int, k: int) -> tuple[WgmmaOp, ...]:
     """The Hopper dK/dV kernel's instructions: S^T = K Q^T and dP^T = V dO^T (64 KV rows x block_m
     queries, both K-major); dV += P^T dO and dK += dS^T Q (A in registers, or K-major in shared
-    memory; B MN-major); the dQ partial dS K (B = K, MN-major; A from shared memory: dS^T read M-major, or with
-    dq_trans_a False dS stored K-major)."""
+    memory; B MN-major); the dQ partial dS K (A = dS^T from shared memory, M-major; B = K, MN-major)."""
     return (WgmmaOp(block_m, a_in_regs=False, trans_b=False, k=k), WgmmaOp(head_dim, a_in_regs=True, trans_b=True, k=k),
             WgmmaOp(head_dim, a_in_regs=False, trans_b=True, k=k),
-            WgmmaOp(dq_cols, a_in_regs=False, trans_b=True, trans_a=dq_trans_a, k=k))
+            WgmmaOp(dq_cols, a_in_regs=False, trans_b=True, trans_a=True, k=k))
 
 
 def attention_ops(block_n: int, head_dim: int, k: int, v_transposed: bool = False) -> tuple[WgmmaOp, WgmmaOp]:

@@ -105,16 +105,6 @@ DQ_STAGGER_BLOCK_M: frozenset[int] = frozenset({128})
 #: dK/dV kernel's time fits ~10 us of fixed cost a block against its ~2 (results/h100/prepared/call_vs_kernels,
 #: NOTES.md). A module constant for the device A/B.
 DKV_STAGED = True
-#: dS stored as [query][KV row] and read K-major by dQ's product (HopperBwdTiling.ds_kmajor), as FlashAttention-4
-#: stores it, instead of dS^T read transposed. Why: the hd64 profile beside FlashAttention-4's (results/h100/ncu_hd64)
-#: has attngen's consumers waiting on dQ's product about twice as long. A module constant for the device A/B.
-DS_KMAJOR = False
-#: The query tiles (block_m) whose P^T is packed beside its exps, before dP^T's product is waited on
-#: (HopperBwdTiling.p_early; FlashAttention-4's order), instead of after dS^T. Why: the hd64 profile beside
-#: FlashAttention-4's (results/h100/ncu_hd64) has the exp2s' MUFUs issued back to back with nothing beside them. Not
-#: at 128 queries: P^T's packed copy (32 registers) beside S^T, dP^T and the accumulators spills 96-184 B there. A
-#: module constant for the device A/B.
-P_EARLY_BLOCK_M: frozenset[int] = frozenset()
 #: dV's product issued after dS^T's stores and dK's after dV's is done (HopperBwdTiling.dv_after_ds), FlashAttention-4's
 #: order, where dQ's product is not deferred (hd128). Measured (results/h100/step_orders, one process, 6 repetitions):
 #: alone +0.4-1.4% at hd128; with EXPS_BEFORE_DP's split +0.7-1.0% unmasked, +2.4-3.2% causal. A module constant for
@@ -221,8 +211,6 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
-                           ds_kmajor=DS_KMAJOR and not from_smem and not swap,
-                           p_early=bm in P_EARLY_BLOCK_M and not from_smem,
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
                            exps_before_dp=EXPS_BEFORE_DP.get(bm, 0))
 
@@ -445,10 +433,6 @@ class Sm90Backward(BackwardFamily):
                      f"dK and dV out {'through shared memory' if hb.dkv_staged else 'from the fragments'}, ")
             if hb.dq_deferred:
                 line += "dQ's product a step late" + (", warpgroups staggered" if hb.dq_stagger else "") + ", "
-            if hb.p_early:
-                line += "P^T packed before dP^T is waited on, "
-            if hb.ds_kmajor:
-                line += "dS K-major, "
             if hb.dv_after_ds:
                 line += "dV's product after dS^T's stores, "
         line += (_owner_line(hb, plan.spec.head_dim) if hb.split or hb.kv_halves
@@ -466,10 +450,9 @@ class Sm90Backward(BackwardFamily):
         elif hb.split:
             ops = split_ops(hb, k)
         else:
-            t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k,
-                                                          dq_trans_a=not hb.ds_kmajor)
+            t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k)
             ops = {"t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op, "dq_op": dq_op,
-                   "wgmma_ops": tuple({op.name: op for op in (t_op, acc_op, acc_ss_op, dq_op)}.values())}
+                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "dependent_launch": plan.dependent_launch}

@@ -314,12 +314,6 @@ class HopperBwdTiling(_Frozen):
     #: accumulated transposed (dK^T = Q^T dS: M = head_dim) so that a half need not be a multiple of wgmma's M; P^T and
     #: dS^T go through shared memory, dQ is split by columns and added from registers (families/sm90_bwd_halves.py).
     kv_halves: bool = False
-    #: With dV and dK from registers and 64-row-multiple query tiles: dS is stored as [query][KV row] (stmatrix .trans)
-    #: and dQ's product reads it K-major, instead of dS^T read M-major (transposed by the instruction).
-    ds_kmajor: bool = False
-    #: Without split, dV and dK from registers: P^T is packed into dV's A fragments beside its exps, before dP^T's
-    #: product is waited on (FlashAttention-4's order), instead of after dS^T.
-    p_early: bool = False
     #: With dq_before_dk, dV/dK from registers and no deferral: dV's product is issued after dS^T's stores (before the
     #: fence that waits for them) and dK's once dV's is done, behind dQ's (FlashAttention-4's order), instead of dV's
     #: before the stores and dQ's and dK's back to back.
