@@ -1,8 +1,8 @@
 """Where the sm90 backward's dV and dK products read P^T and dS^T (packed registers or shared memory,
 sm90_bwd.DKV_FROM_SMEM_BLOCK_M), how the shared-memory budget is spent on dS^T tiles (sm90_bwd.DS_BUFFERS) and Q/dO
 stages, how dK and dV leave (sm90_bwd.DKV_STAGED), and which tiles issue dQ's product a step late with the warpgroups
-staggered (sm90_bwd.DQ_DEFERRED_BLOCK_M, DQ_STAGGER_BLOCK_M). No GPU needed: plans, rendered code and, for a few, the
-compiled SASS."""
+staggered (sm90_bwd.DQ_DEFERRED_BLOCK_M, DQ_STAGGER_BLOCK_M), and how the 64-query step orders its exps and dV's product
+(sm90_bwd.EXPS_BEFORE_DP, DV_AFTER_DS). No GPU needed: plans, rendered code and, for a few, the compiled SASS."""
 
 from __future__ import annotations
 
@@ -194,3 +194,31 @@ def test_deferred_kernel_compiles_clean_with_the_last_dq_after_the_loop(monkeypa
     assert "BAR.ARV 0x2, 0x100" not in sass_off
     assert deferred.count("HGMMA") == main.count("HGMMA") + sm90_bwd.BLOCK_N // 16
     assert deferred.count("SYNCS") > main.count("SYNCS")
+
+
+def _longest_mufu_run(ops: list[str]) -> int:
+    best = run = 0
+    for op in ops:
+        run = run + 1 if op.startswith("MUFU") else 0
+        best = max(best, run)
+    return best
+
+
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_hd128_splits_its_exps_around_the_dp_wait(monkeypatch: pytest.MonkeyPatch, mask: str) -> None:
+    """hd128's 64-query step runs the exps of 4 of its 8 query tiles before dP^T's wait and the rest beside the dS
+    values, with dV's product after dS^T's stores; hd64 (deferred, 128 queries) does neither. In the SASS the 32 MUFUs
+    a thread issues per step no longer run back to back (16 at most, 32 with EXPS_BEFORE_DP empty), with no spill."""
+    t128, t64 = _tiling(128, mask=mask), _tiling(64, mask=mask)
+    assert (t128.exps_before_dp, t128.dv_after_ds) == (4, True)
+    assert (t64.exps_before_dp, t64.dv_after_ds) == (0, False)
+    line = sm90_bwd.Sm90Backward().plan_line(_plan(128, mask=mask))
+    assert "dV's product after dS^T's stores, exps of 4 of 8 query tiles before dP^T's wait" in line
+    assert "constexpr int kExpsBeforeDp = 4;" in render(_plan(128, mask=mask)).code
+    split, _ = _dkdv_ops(_spec(128, mask=mask))
+    monkeypatch.setattr(sm90_bwd, "EXPS_BEFORE_DP", {})
+    monkeypatch.setattr(sm90_bwd, "DV_AFTER_DS", False)
+    assert (_tiling(128, mask=mask).exps_before_dp, _tiling(128, mask=mask).dv_after_ds) == (0, False)
+    assert "constexpr int kExpsBeforeDp = kQTiles;" in render(_plan(128, mask=mask)).code
+    whole, _ = _dkdv_ops(_spec(128, mask=mask))
+    assert _longest_mufu_run(split) == 16 and _longest_mufu_run(whole) == 32

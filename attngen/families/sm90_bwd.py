@@ -435,6 +435,8 @@ class Sm90Backward(BackwardFamily):
                 line += "dQ's product a step late" + (", warpgroups staggered" if hb.dq_stagger else "") + ", "
             if hb.dv_after_ds:
                 line += "dV's product after dS^T's stores, "
+            if hb.exps_before_dp:
+                line += f"exps of {hb.exps_before_dp} of {hb.block_m // 8} query tiles before dP^T's wait, "
         line += (_owner_line(hb, plan.spec.head_dim) if hb.split or hb.kv_halves
                  else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
         return line + (", dependent launches" if plan.dependent_launch else "")
