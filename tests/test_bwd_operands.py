@@ -212,6 +212,9 @@ def test_hd128_splits_its_exps_around_the_dp_wait(monkeypatch: pytest.MonkeyPatc
     t128, t64 = _tiling(128, mask=mask), _tiling(64, mask=mask)
     assert (t128.exps_before_dp, t128.dv_after_ds) == (4, True)
     assert (t64.exps_before_dp, t64.dv_after_ds) == (0, False)
+    document = {"expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
+                "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}}
+    assert _tiling(128, mask=document).exps_before_dp == 0   # a mask with holes: its varlen twin spilled 4 B split
     line = sm90_bwd.Sm90Backward().plan_line(_plan(128, mask=mask))
     assert "dV's product after dS^T's stores, exps of 4 of 8 query tiles before dP^T's wait" in line
     assert "constexpr int kExpsBeforeDp = 4;" in render(_plan(128, mask=mask)).code

@@ -116,7 +116,8 @@ DV_AFTER_DS = True
 #: samples of `wait` on them against FA4's ~1k, whose exps run half before and half after the wait, interleaved with
 #: the dS values and their packing. Measured (step_orders/exps128, exps64): hd128 half before +0.8-0.9% unmasked,
 #: +1.7-2.2% causal (2 or 6 of the 8 tiles no better); hd64's 128-query step with 12 of 16 before 2-4% slower (8 of 16
-#: spilled 48 B), so it keeps all of them. A module constant for the device A/B.
+#: spilled 48 B), so it keeps all of them; so does a mask with holes (the document mask's varlen twin spilled 4 B). A
+#: module constant for the device A/B.
 EXPS_BEFORE_DP: dict[int, int] = {64: 4}
 #: The three kernels launched as programmatic dependents (HopperBwdPlan.dependent_launch), as FlashAttention-4's
 #: preprocess and sm90 backward are: the dK/dV kernel's blocks start under the preprocess's last wave and load K, V and
@@ -212,7 +213,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
-                           exps_before_dp=EXPS_BEFORE_DP.get(bm, 0))
+                           exps_before_dp=0 if words else EXPS_BEFORE_DP.get(bm, 0))
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
