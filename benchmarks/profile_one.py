@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import torch
 from bwd_interleaved import overrides
@@ -26,6 +27,19 @@ def main() -> None:
     ap.add_argument("--backward", action="store_true", help="run forward and backward")
     ap.add_argument("--impl", default="attngen", help="attngen, fa4, or attngen:<module>.<CONST>=<literal>;...")
     args = ap.parse_args()
+    # attngen's kernels are built under the kind's overrides, the backward's at its first call in the warm-up
+    with overrides(args.impl):
+        run = warmed_up(args)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    for event in prof.key_averages():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            print(f"kernel {event.key[:160]}: {event.device_time_total:.0f} us")
+
+
+def warmed_up(args: argparse.Namespace) -> Callable[[], None]:
+    """One call (forward, and backward with --backward) of the implementation on fresh inputs, run twice."""
     d, s = args.head_dim, args.seqlen
     b, h = max(1, 16384 // s), 2048 // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=args.backward)
@@ -33,32 +47,25 @@ def main() -> None:
     if args.impl == "fa4":
         import flash_attn.cute as fa4
 
-        def run() -> torch.Tensor:
+        def forward() -> torch.Tensor:
             out = fa4.flash_attn_func(q, k, v, causal=args.causal)
             return out[0] if isinstance(out, tuple) else out
     else:
         spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if args.causal else "none",
                              pipeline=args.pipeline)
-        with overrides(args.impl):
-            kernel = attngen.compile(spec)
+        kernel = attngen.compile(spec)
 
-        def run() -> torch.Tensor:
+        def forward() -> torch.Tensor:
             return kernel(q, k, v)
         print(kernel.cubins[next(iter(kernel.cubins))].source.plan.summary()["kernel_name"])
-    with overrides(args.impl if args.impl.startswith("attngen") else ""):
-        # The backward's kernels are built at its first call: the overrides hold through the warm-up too.
-        for _ in range(2):
-            out = run()
-            if args.backward:
-                out.backward(torch.randn_like(out))
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out = run()
+
+    def run() -> None:
+        out = forward()
         if args.backward:
             out.backward(torch.randn_like(out))
-        torch.cuda.synchronize()
-    for event in prof.key_averages():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            print(f"kernel {event.key[:160]}: {event.device_time_total:.0f} us")
+    for _ in range(2):
+        run()
+    return run
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ unless ATTNGEN_TRUST_SEQLENS=1, the lengths' and table's values).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import env
 from ..planning.planner_decode import PAGE_SIZES, PAGE_SIZES_TEXT
@@ -26,9 +26,29 @@ from .seqlens import check_used_keys
 if TYPE_CHECKING:
     import torch
 
+    from ..spec.model import AttentionSpec
     from .decode import ReadyDecode
-    from .kernel import AttentionKernel
-    from .variant_args import VariantArgs
+    from .variant_args import KernelVariant, VariantArgs
+
+
+class _Keyed(Protocol):
+    key: str
+
+
+class CacheKernel(Protocol):
+    """What attend needs of a kernel (runtime.kernel.AttentionKernel): its spec and variant arguments, the checks of
+    q's GPU and the decode path's, its kernels' keys, and the calls it already prepared."""
+
+    spec: AttentionSpec
+    variant: KernelVariant
+    decode_calls: dict[Any, Any]
+
+    def arch_and_scale(self, q: Any, softmax_scale: float | None) -> float: ...
+    def decode_serves(self, device: Any) -> bool: ...
+    def decode_key(self) -> str: ...
+    def decode_kernels(self) -> Any: ...
+    def varlen_kernel(self) -> _Keyed: ...
+
 
 #: Remembered decode calls per kernel; past this many shapes the memory starts over.
 REMEMBERED_CALLS = 256
@@ -66,7 +86,7 @@ class RememberedCall:
         return self.ready.run(q, k_cache, v_cache, used, block_table, self.scale, self.args)
 
 
-def attend(kernel: AttentionKernel, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+def attend(kernel: CacheKernel, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
            cache_seqlens: torch.Tensor | int, k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
            block_table: torch.Tensor | None = None, softmax_scale: float | None = None, return_lse: bool = False,
            split_kv: bool | None = None, num_splits: int = 0, **variant_args: Any) -> Any:
@@ -214,7 +234,7 @@ def _pointers_aligned(*tensors: Any) -> bool:
     return all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
-def _remember(kernel: AttentionKernel, key: tuple[Any, ...], q: Any, k_cache: Any, v_cache: Any, block_table: Any,
+def _remember(kernel: CacheKernel, key: tuple[Any, ...], q: Any, k_cache: Any, v_cache: Any, block_table: Any,
               scale: float, num_splits: int, shape: CacheShape) -> RememberedCall:
     """Prepare a checked call's launches (its tensors' rows aligned) and keep them under its key."""
     decode = kernel.decode_kernels()
