@@ -43,6 +43,7 @@ from ..planning.shared import (
 from ..planning.splits import wave_efficiency
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
+from .hopper_sync import sync_context
 from .sm90_fwd_measured import auto_pipeline, band_plain, measured_preference, measured_table, measured_tiles
 
 if TYPE_CHECKING:
@@ -389,8 +390,8 @@ class Sm90Forward(ForwardFamily):
 
         qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim, dtype_trait(plan.spec.dtype).mma_k,
                                v_transposed=v_box_keys(plan.spec) > 0)
-        return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
-                "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
+        return {**common_context(plan, self.plan_line(plan)), **sync_context(), "tiling": plan.tiling,
+                "smem": plan.smem, "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
                 "v_box_keys": v_box_keys(plan.spec), "vt_params": VT_PARAMS, "vt_params_layout": layout(VT_PARAMS),
                 **_params(plan)}
 
