@@ -115,11 +115,14 @@ RESCALE_THRESHOLD = 8.0
 #: the H100 a quarter of hd64's tiles on the polynomial measured 4-10% slower, half of them 10-20% slower
 #: (results/h100/softmax_rows_1/softmax_ab.txt); softmax_device.sh still ablates {64: 4}.
 EXP2_POLY_TILES: dict[int, int] = {}
+#: Partial chains of a row's max per head dim (1: one serial chain, row by row).
+ROW_MAX_CHAINS: dict[int, int] = {}
 
 
 def softmax_traits(spec: AttentionSpec) -> dict[str, float | int]:
     """The consumers' softmax traits of `spec`'s plan (WarpRoles.rescale_threshold, exp2_poly_tiles)."""
-    return {"rescale_threshold": RESCALE_THRESHOLD, "exp2_poly_tiles": EXP2_POLY_TILES.get(spec.head_dim, 0)}
+    return {"rescale_threshold": RESCALE_THRESHOLD, "exp2_poly_tiles": EXP2_POLY_TILES.get(spec.head_dim, 0),
+            "row_max_chains": ROW_MAX_CHAINS.get(spec.head_dim, 1)}
 
 
 def roles(info: ArchInfo, consumer_wgs: int, pingpong: bool, overlap: bool) -> WarpRoles:
