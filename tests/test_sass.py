@@ -50,27 +50,6 @@ def test_hopper_backward_runs_on_hgmma_and_tma() -> None:
     assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0 and ops["LDL"] == ops["STL"] == 0
 
 
-def test_a_suspend_hint_puts_the_mbarrier_retries_to_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    """hopper_sync.MBARRIER_SUSPEND_NS reaches try_wait: with a hint the retry path of the forward's and the backward's
-    waits sleeps (NANOSLEEP), with none (the default) it spins; the same registers and no spills either way."""
-    from attngen.families import hopper_sync
-
-    spec = AttentionSpec(name="suspend_hint", head_dim=128, dtype="bf16", mask="causal")
-
-    def sleeps() -> tuple[int, list[int]]:
-        cubins = (build.build(spec, "sm90"), build.build_bwd(spec, "sm90"))
-        assert all(r.spill_stores == r.spill_loads == 0 for c in cubins for r in c.resources)
-        return (sum(opcodes(disassemble(c.data))["NANOSLEEP"] for c in cubins),
-                [r.registers for c in cubins for r in c.resources])
-
-    assert hopper_sync.MBARRIER_SUSPEND_NS == 0
-    spins, regs = sleeps()
-    monkeypatch.setattr(hopper_sync, "MBARRIER_SUSPEND_NS", 10_000_000)
-    slept, regs_hinted = sleeps()
-    assert spins == 0 and slept > 0
-    assert regs_hinted == regs
-
-
 def test_backward_kernels_run_on_mma_without_local_memory() -> None:
     # deterministic at hd256 on sm80: the atomic-free mma.sync kernels
     cubin = build.build_bwd(AttentionSpec(head_dim=256, dtype="fp16", mask="causal", deterministic=True), "sm80")

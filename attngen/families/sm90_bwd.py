@@ -46,7 +46,6 @@ from ..planning.shared import (
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
-from .hopper_sync import sync_context
 from .sm90_bwd_halves import halves_line, halves_ops, halves_refusal, halves_tiling
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 from .sm90_dq_tiles import TILED_DQ_PATH
@@ -457,7 +456,7 @@ class Sm90Backward(BackwardFamily):
             t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k)
             ops = {"t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op, "dq_op": dq_op,
                    "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
-        return {**common_context(plan, self.plan_line(plan)), **sync_context(), "hb": hb, **ops, "params": hopper,
+        return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "dependent_launch": plan.dependent_launch}
 

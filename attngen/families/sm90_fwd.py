@@ -43,7 +43,6 @@ from ..planning.shared import (
 from ..planning.splits import wave_efficiency
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
-from .hopper_sync import sync_context
 from .sm90_fwd_measured import auto_pipeline, band_plain, measured_preference, measured_table, measured_tiles
 
 if TYPE_CHECKING:
@@ -115,14 +114,11 @@ RESCALE_THRESHOLD = 8.0
 #: the H100 a quarter of hd64's tiles on the polynomial measured 4-10% slower, half of them 10-20% slower
 #: (results/h100/softmax_rows_1/softmax_ab.txt); softmax_device.sh still ablates {64: 4}.
 EXP2_POLY_TILES: dict[int, int] = {}
-#: Partial chains of a row's max per head dim (1: one serial chain, row by row).
-ROW_MAX_CHAINS: dict[int, int] = {}
 
 
 def softmax_traits(spec: AttentionSpec) -> dict[str, float | int]:
     """The consumers' softmax traits of `spec`'s plan (WarpRoles.rescale_threshold, exp2_poly_tiles)."""
-    return {"rescale_threshold": RESCALE_THRESHOLD, "exp2_poly_tiles": EXP2_POLY_TILES.get(spec.head_dim, 0),
-            "row_max_chains": ROW_MAX_CHAINS.get(spec.head_dim, 1)}
+    return {"rescale_threshold": RESCALE_THRESHOLD, "exp2_poly_tiles": EXP2_POLY_TILES.get(spec.head_dim, 0)}
 
 
 def roles(info: ArchInfo, consumer_wgs: int, pingpong: bool, overlap: bool) -> WarpRoles:
@@ -393,8 +389,8 @@ class Sm90Forward(ForwardFamily):
 
         qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim, dtype_trait(plan.spec.dtype).mma_k,
                                v_transposed=v_box_keys(plan.spec) > 0)
-        return {**common_context(plan, self.plan_line(plan)), **sync_context(), "tiling": plan.tiling,
-                "smem": plan.smem, "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
+        return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
+                "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
                 "v_box_keys": v_box_keys(plan.spec), "vt_params": VT_PARAMS, "vt_params_layout": layout(VT_PARAMS),
                 **_params(plan)}
 

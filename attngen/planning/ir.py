@@ -134,11 +134,9 @@ class WarpRoles(_Frozen):
     pingpong: bool
     intra_wg_overlap: bool
     #: The consumers' softmax: rescale O only when a row's max grows by more than this many log2 units (0:
-    #: every block), and take the exp2 of this many 8-column score tiles from a polynomial on the FMA pipe;
-    #: row_max_chains > 1: each row's max over that many partial chains, every row's before any probability.
+    #: every block), and take the exp2 of this many 8-column score tiles from a polynomial on the FMA pipe.
     rescale_threshold: float = 0.0
     exp2_poly_tiles: int = 0
-    row_max_chains: int = 1
 
 
 class KernelPlan(_Frozen):
