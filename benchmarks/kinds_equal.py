@@ -19,11 +19,11 @@ from attngen.bench.model import Config
 from attngen.spec.model import AttentionSpec
 
 
-def run(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, backward: bool,
-        inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+def run(kind: str, index: int, cfg: Config, inputs: tuple[torch.Tensor, ...], *, backward: bool) -> list[torch.Tensor]:
     """The kind's output (and gradients), its kernels built under its overrides; NaN-poisoned buffers beforehand."""
-    mask = "causal" if causal else "none"
-    spec = AttentionSpec(name=f"eq_{mask}_hd{head_dim}_kind{index}", head_dim=head_dim, dtype="bf16", mask=mask)
+    mask = "causal" if cfg.causal else "none"
+    spec = AttentionSpec(name=f"eq_{mask}_hd{cfg.head_dim}_kind{index}", head_dim=cfg.head_dim, dtype="bf16",
+                         mask=mask)
     q, k, v = (t.detach().clone().requires_grad_(backward) for t in inputs)
     with overrides(kind):
         kernel = attngen.compile(spec)
@@ -48,8 +48,7 @@ def main() -> int:
         for causal in (False, True):
             cfg = Config(head_dim, args.seqlen, causal)
             inputs = make_inputs(cfg, "bf16", seed=head_dim + causal)
-            results = [run(kind, i, head_dim, args.seqlen, causal, args.backward, inputs)
-                       for i, kind in enumerate(kinds)]
+            results = [run(kind, i, cfg, inputs, backward=args.backward) for i, kind in enumerate(kinds)]
             first = results[0]
             ref = reference_slice(*inputs, causal)
             err = (first[0][0, :, : ref.shape[1]].double() - ref).abs().max().item()
