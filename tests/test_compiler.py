@@ -176,6 +176,14 @@ def test_parse_serialized_wgmma_names_its_function():
     assert not compiler.parse_ptxas_report(LOG_SM90A)[0].wgmma_serialized
 
 
+def test_parse_serialized_wgmma_of_an_ill_formed_pipeline_stage():
+    log = ("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non "
+           "wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage "
+           "in the function 'attn_dkdv' in line 7111\n") + LOG_SERIALIZED.split("\n", 1)[1]
+    dkdv, convert = compiler.parse_ptxas_report(log)
+    assert (dkdv.name, dkdv.wgmma_serialized, convert.wgmma_serialized) == ("attn_dkdv", True, False)
+
+
 def test_parse_legacy_format_keeps_device_functions_apart():
     (got,) = compiler.parse_ptxas_report(LOG_LEGACY)
     assert got.name == "_Z6kernelPfi"

@@ -47,6 +47,10 @@ HALVES_HEAD_DIMS = tuple(sorted(DQ_PIECES))
 #: staged would take 48 KB, and two stages already hold 198.7 of 227 KB (the reductions held 14-19% of the stall
 #: samples, results/h100/halves/ncu).
 STAGED_WG = 1
+#: A step's dV^T and dK^T products left running into the next step (HopperBwdTiling.carry_products), its S's wait
+#: waiting for them too. Why: each step ended by draining the tensor pipe (both warpgroups near together, as they meet
+#: at the dS^T barriers) before the next step's S was issued. A module constant for the device A/B.
+CARRY_PRODUCTS = False
 
 
 def halves_refusal(spec: AttentionSpec) -> str | None:
@@ -117,7 +121,7 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                                    dq_col_step=0, dq_query_step=0, dkv_from_smem=True,
                                    smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                                    schedule_words=schedule_words(spec), kv_halves=True, dq_red=True,
-                                   dq_bulk=staged, ordered_dq=spec.deterministic)
+                                   dq_bulk=staged, ordered_dq=spec.deterministic, carry_products=CARRY_PRODUCTS)
         needs.append(f"{stages} stages {layout.total_bytes} B")
     raise PlanError(f"head_dim {d}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B per block")
 

@@ -321,6 +321,10 @@ class HopperBwdTiling(_Frozen):
     #: The 8-query tiles of S^T whose exps run before dP^T's product is waited on; 0: all of them. The rest run after
     #: the wait beside the dS values (FlashAttention-4's order), so that their MUFUs interleave with other work.
     exps_before_dp: int = 0
+    #: A step's last products (dK's and dV's; the KV-row halves' dV^T and dK^T) left running into the next step, whose
+    #: wait for its S waits for them too and then frees their Q/dO stage, instead of waiting for them at the step's end:
+    #: the tensor pipe goes on from one step's products into the next step's S without draining in between.
+    carry_products: bool = False
 
     @property
     def dq_swap(self) -> bool:

@@ -77,9 +77,11 @@ _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _PROPS_FOR = re.compile(r"Function properties for '?([^'\s]+)'?")
 _SPILL_WARNING = re.compile(r"spilled to local memory in function '([^']+)', "
                             r"(\d+) bytes spill stores, (\d+) bytes spill loads")
-#: ptxas's advisory C7512: it could not keep the accumulators of wgmmas in flight together in registers and waits for
-#: each before the next (a kernel that compiles, without spills, and runs the tensor cores one product at a time).
-_WGMMA_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized .* for the function '([^']+)'")
+#: ptxas's advisories that it waits for each wgmma before the next (a kernel that compiles, without spills, and runs
+#: the tensor cores one product at a time): C7512, it could not keep the accumulators of wgmmas in flight together in
+#: registers ("for the function"); C7515 and its kin, an ill-formed pipeline stage, such as a non-wgmma instruction
+#: defining an accumulator while its product is in flight ("in the function").
+_WGMMA_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized .* (?:for|in) the function '([^']+)'")
 _FIELDS = {
     "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
     "spill_stores": re.compile(r"(\d+) bytes spill stores"),
