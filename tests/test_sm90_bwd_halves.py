@@ -155,3 +155,23 @@ def test_a_mask_tested_per_element_compiles_without_spills() -> None:
     cubin = build.build_bwd(AttentionSpec(head_dim=192, dtype="bf16", mask={"kind": "chunked", "chunk": 128}), "sm90")
     assert cubin.source.plan.dkdv_wgmma.kv_halves
     assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+
+
+def test_masked_steps_carry_their_products_into_the_next_step() -> None:
+    """Masked specs leave a step's dV^T and dK^T running into the next step (CARRY_PRODUCTS_MASKED), unmasked ones wait
+    for them (CARRY_PRODUCTS_UNMASKED). Carried, no other instruction defines the accumulators while a product is in
+    flight across the loop's back edge (the first step's products overwrite them): ptxas keeps the wgmmas in flight
+    (a zero-initialised accumulator made it serialize every one, C7515: a warpgroup arrive and wait around each of the
+    120 HGMMAs), and the step's last wait is gone from the loop."""
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    for mask, carried in (("causal", True), ({"kind": "sliding_window", "window": [256, 0]}, True), ("none", False)):
+        spec = AttentionSpec(name=f"carry_{carried}", head_dim=192, dtype="bf16", mask=mask)
+        assert halves.carries_products(spec) == carried
+        cubin = build.build_bwd(spec, "sm90")
+        t = cubin.source.plan.dkdv_wgmma
+        assert t.kv_halves and t.carry_products == carried
+        assert f"constexpr bool kCarryProducts = {'true' if carried else 'false'};" in cubin.source.code
+        assert not any(r.wgmma_serialized or r.spill_stores for r in cubin.resources), cubin.resources
+        ops = opcodes(disassemble(cubin.data))
+        assert ops["HGMMA"] == 120 and ops["WARPGROUP"] <= 16, (ops["HGMMA"], ops["WARPGROUP"])

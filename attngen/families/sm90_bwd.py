@@ -110,13 +110,6 @@ DKV_STAGED = True
 #: alone +0.4-1.4% at hd128; with EXPS_BEFORE_DP's split +0.7-1.0% unmasked, +2.4-3.2% causal. A module constant for
 #: the device A/B.
 DV_AFTER_DS = True
-#: Where dK's product is a step's last (dq_before_dk): it is left running into the next step, whose wait for its S^T
-#: waits for it too and then frees its Q/dO stage (HopperBwdTiling.carry_products), instead of the step's end waiting
-#: for it. Why: the tensor pipe drained at each step's end before the next step's S^T was issued. dK's product then
-#: reads dS^T from shared memory (dk_from_smem; its packed register copy kept live into the next step spilled 28-72 B
-#: and made ptxas serialize the wgmmas at hd64), so dV's product goes before dS^T's stores (no dv_after_ds). Not with a
-#: deferred dQ (its dS^T tiles' mbarriers count the dQ products only). A module constant for the device A/B.
-CARRY_PRODUCTS = False
 #: By query tile (block_m): the 8-query tiles of S^T whose exps run before dP^T's product is waited on
 #: (HopperBwdTiling.exps_before_dp; a tile not named: all of them). Why: the hd128 causal profile beside
 #: FlashAttention-4's (results/h100/step_orders/ncu) has attngen's 32 MUFUs a step issued back to back, ~13k stall
@@ -204,7 +197,6 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                     deferral=deferral)
     st, ds, layout = next((f for f in fits if f[2].total_bytes <= info.smem_per_block), fits[-1])
     deferred = deferral and ds > 1
-    carry = CARRY_PRODUCTS and dq_before_dk(from_smem) and not deferred and not swap
     smem = layout.total_bytes
     producer_regs, consumer_regs = setmaxnreg_split(info, bn // 64)
     # dK and dV (head_dim fp32 registers a thread together), S^T and dP^T (block_m), the rest; D is read late at
@@ -216,13 +208,12 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
     return HopperBwdTiling(block_m=bm, block_n=bn, stages=st, producer_regs=producer_regs,
                            consumer_regs=consumer_regs, dq_cols=dq_cols, dq_col_step=col_step,
                            dq_query_step=query_step, dkv_from_smem=from_smem,
-                           dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap or carry, smem_bytes=smem,
-                           smem=layout, regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
+                           dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
+                           regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
-                           dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred and not carry,
-                           exps_before_dp=0 if words else EXPS_BEFORE_DP.get(bm, 0),
-                           carry_products=carry)
+                           dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
+                           exps_before_dp=0 if words else EXPS_BEFORE_DP.get(bm, 0))
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:

@@ -48,9 +48,13 @@ HALVES_HEAD_DIMS = tuple(sorted(DQ_PIECES))
 #: samples, results/h100/halves/ncu).
 STAGED_WG = 1
 #: A step's dV^T and dK^T products left running into the next step (HopperBwdTiling.carry_products), its S's wait
-#: waiting for them too. Why: each step ended by draining the tensor pipe (both warpgroups near together, as they meet
-#: at the dS^T barriers) before the next step's S was issued. A module constant for the device A/B.
-CARRY_PRODUCTS = False
+#: waiting for them too, for masked specs (CARRY_PRODUCTS_MASKED) and unmasked ones (CARRY_PRODUCTS_UNMASKED). Why:
+#: each step ended by draining the tensor pipe (both warpgroups near together, as they meet at the dS^T barriers)
+#: before the next step's S was issued. Measured on the H100 (results/h100/carry, two runs, timed alternately in one
+#: process against waiting steps): causal +1.0-3.3% at 2k-16k; unmasked 0.98-1.01 (16k 1.5-1.8% slower in both
+#: runs), so masked specs only. Module constants for the device A/B.
+CARRY_PRODUCTS_MASKED = True
+CARRY_PRODUCTS_UNMASKED = False
 
 
 def halves_refusal(spec: AttentionSpec) -> str | None:
@@ -121,9 +125,19 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                                    dq_col_step=0, dq_query_step=0, dkv_from_smem=True,
                                    smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                                    schedule_words=schedule_words(spec), kv_halves=True, dq_red=True,
-                                   dq_bulk=staged, ordered_dq=spec.deterministic, carry_products=CARRY_PRODUCTS)
+                                   dq_bulk=staged, ordered_dq=spec.deterministic,
+                                   carry_products=carries_products(spec))
         needs.append(f"{stages} stages {layout.total_bytes} B")
     raise PlanError(f"head_dim {d}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B per block")
+
+
+def carries_products(spec: AttentionSpec) -> bool:
+    """Whether a step's dV^T and dK^T products run on into the next step: CARRY_PRODUCTS_UNMASKED where no mask hides
+    a key (the kernels' Var::kDense), else CARRY_PRODUCTS_MASKED."""
+    from ..features.variant import variant_of
+
+    dense = variant_of(spec).mask.parsed() is None
+    return CARRY_PRODUCTS_UNMASKED if dense else CARRY_PRODUCTS_MASKED
 
 
 def halves_ops(head_dim: int, k: int) -> dict[str, object]:
@@ -145,5 +159,6 @@ def halves_line(t: HopperBwdTiling, head_dim: int) -> str:
     order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
     how = (f"wg{STAGED_WG}'s staged in fragment order and added by one bulk reduction, the other's from registers by "
            "red.global.add.v4.f32" if t.dq_bulk else "added from registers by red.global.add.v4.f32")
+    carry = ", a step's dV^T and dK^T running on into the next step's S" if t.carry_products else ""
     return (f"KV rows halved between {WGS} warpgroups ({'; '.join(cols)}), dK^T and dV^T at the full head dim, "
-            f"dQ {how} into a tile-ordered accumulator{order}")
+            f"dQ {how} into a tile-ordered accumulator{order}{carry}")
