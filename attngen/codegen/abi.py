@@ -175,6 +175,9 @@ BWD_PARAMS: tuple[Field, ...] = (
     # An ordered dQ: how many chains (entry, KV head) the dK/dV grid interleaves in dispatch order, a power of two
     # dividing kv_heads x entries (families/sm90_dq_tiles.py dq_chains); 1 (or unset) elsewhere.
     Field("dq_chains", "int", _I32),
+    # A causal mask's tail order: how many chains at the grid's end deal their KV blocks heaviest first across each
+    # other (families/sm90_bwd_order.py tail_chains); 0 (or unset): the grid's own order.
+    Field("tail_chains", "int", _I32),
 )
 
 

@@ -47,6 +47,7 @@ from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
 from .sm90_bwd_halves import halves_line, halves_ops, halves_refusal, halves_tiling
+from .sm90_bwd_order import order_line, tail_waves
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 from .sm90_dq_tiles import TILED_DQ_PATH
 
@@ -407,6 +408,7 @@ class Sm90Backward(BackwardFamily):
         return HopperBwdPlan(spec=spec, arch=info.arch, family=self.name,
                              kernel_name=kernel_name(spec, info.arch, PipelineKind.multistage, "bwd"), dkdv_wgmma=t,
                              dependent_launch=info.programmatic_launch and DEPENDENT_LAUNCH,
+                             tail_waves=tail_waves(spec, t),
                              cost=plan_cost(spec, info, t), reason=reason)
 
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:
@@ -421,7 +423,7 @@ class Sm90Backward(BackwardFamily):
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
                 f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}", *layouts,
                 f"model: compute {compute:.0f} us, L2 {l2:.0f} us ({step_l2_bytes(plan.spec, h) // 1024} KB per step "
-                f"at {step_l2_gbps(h)} GB/s) at the reference workload: bound by {bound}"]
+                f"at {step_l2_gbps(h)} GB/s) at the reference workload: bound by {bound}", order_line(plan)]
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: HopperBwdPlan) -> str:
@@ -440,6 +442,8 @@ class Sm90Backward(BackwardFamily):
                 line += f"exps of {hb.exps_before_dp} of {hb.block_m // 8} query tiles before dP^T's wait, "
         line += (_owner_line(hb, plan.spec.head_dim) if hb.split or hb.kv_halves
                  else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
+        if plan.tail_waves:
+            line += f", the last {plan.tail_waves:g} waves' chains dealt heaviest block first"
         return line + (", dependent launches" if plan.dependent_launch else "")
 
     def context(self, plan: HopperBwdPlan) -> dict[str, object]:

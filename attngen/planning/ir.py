@@ -420,6 +420,10 @@ class HopperBwdPlan(_Frozen):
     #: programmatic_launch): each may start its blocks under the last blocks of the grid before it and waits for that
     #: grid's writes in the kernel (the dK/dV kernel's producer after loading K, V and the first Q and dO tiles).
     dependent_launch: bool = False
+    #: Under a causal mask, the grid's last chains (entry, KV head) deal their dK/dV blocks heaviest first across the
+    #: chains, as many chains as fill this many waves of one block per SM (families/sm90_bwd_order.py); 0: the grid's
+    #: own order.
+    tail_waves: float = 0.0
     cost: BwdCost
     reason: str
 
