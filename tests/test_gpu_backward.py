@@ -296,11 +296,11 @@ def test_carried_products_give_the_same_gradients(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 def test_the_causal_tail_order_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, head_dim: int) -> None:
-    """A causal mask's last chains dealt heaviest block first (sm90_bwd_order.TAIL_WAVES) give dK and dV bitwise equal
-    to the grid's own order (a block's work does not depend on when it runs), dQ equal up to the order of its fp32
-    additions, and exact gradients. The first shape's tail is part of its chains (the remap's both sides), the
+    """A causal mask's last chains dealt heaviest block first (sm90_tail_order.BWD_TAIL_WAVES) give dK and dV bitwise
+    equal to the grid's own order (a block's work does not depend on when it runs), dQ equal up to the order of its
+    fp32 additions, and exact gradients. The first shape's tail is part of its chains (the remap's both sides), the
     second's all of them."""
-    from attngen.families import sm90_bwd_order
+    from attngen.families import sm90_tail_order
     from attngen.runtime.device import sm_count
 
     arch = attngen.runtime.kernel.current_arch()
@@ -310,7 +310,7 @@ def test_the_causal_tail_order_gives_the_same_gradients(monkeypatch: pytest.Monk
     runs: dict[bool, list[tuple[torch.Tensor, ...]]] = {}
     for tail in (False, True):
         with monkeypatch.context() as m:
-            m.setattr(sm90_bwd_order, "TAIL_WAVES", 2.0 if tail else 0.0)
+            m.setattr(sm90_tail_order, "BWD_TAIL_WAVES", 2.0 if tail else 0.0)
             spec = AttentionSpec(name=f"tail{int(tail)}_hd{head_dim}", head_dim=head_dim, dtype="bf16", mask="causal")
             kernel = _kernel(spec)
             plan = kernel.backward.cubin(arch).source.plan
@@ -318,7 +318,7 @@ def test_the_causal_tail_order_gives_the_same_gradients(monkeypatch: pytest.Monk
             runs[tail] = [_grads(kernel, *_inputs(spec, shape, seed=970 + i)) for i, shape in enumerate(shapes)]
     block_n = plan.dkdv_wgmma.block_n
     b, s, _, _, kvh = shapes[0]
-    assert 2 <= sm90_bwd_order.tail_chains(-(-s // block_n), b * kvh, sm_count(0), 2.0) < b * kvh
+    assert 2 <= sm90_tail_order.tail_chains(-(-s // block_n), b * kvh, sm_count(0), 2.0) < b * kvh
     for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
         for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
             assert g.isfinite().all(), f"{shape}: {name} not finite"

@@ -236,3 +236,37 @@ def test_softmax_rescaling_paths(head_dim: int, mask: str, poly: bool, monkeypat
     k[:, :, :2, 0] = head_dim ** 0.5 * slow[:, None]
     k[:, :, 2:, 0] = head_dim ** 0.5 * jumps[:, None]
     _check(spec, kernel, *(t.to(torch.bfloat16) for t in (q, k, v)))
+
+
+@pytest.mark.parametrize("pipeline", ["auto", "warp_specialized"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_the_causal_tail_order_gives_the_same_output(head_dim: int, pipeline: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Hopper forward's last chains dealt heaviest query block first (sm90_tail_order.FWD_TAIL_WAVES) give the
+    output and LSE bitwise equal to the grid's own order (a block's work does not depend on when it runs), exact
+    against float64. The first shape's tail is part of its chains (the remap's both sides), the second's all of them."""
+    from attngen.families import sm90_tail_order
+    from attngen.runtime.device import sm_count
+
+    if attngen.runtime.kernel.current_arch().value != "sm90":
+        pytest.skip("the tail order is the Hopper forward's")
+    shapes = [(2, 4096, 4096, 8, 8), (1, 1000, 1000, 4, 2)]
+    runs: dict[bool, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+    for tail in (False, True):
+        with monkeypatch.context() as m:
+            m.setattr(sm90_tail_order, "FWD_TAIL_WAVES", 2.0 if tail else 0.0)
+            spec = AttentionSpec(name=f"fwd_tail{int(tail)}_hd{head_dim}_{pipeline}", head_dim=head_dim,
+                                 dtype="bf16", mask="causal", pipeline=pipeline)
+            kernel = attngen.compile(spec)
+            plan = kernel.cubins[attngen.runtime.kernel.current_arch()].source.plan
+            assert plan.tail_waves == (2.0 if tail else 0.0)
+            runs[tail] = []
+            for i, shape in enumerate(shapes):
+                out, lse = kernel(*_inputs(spec, shape, seed=990 + i), return_lse=True)
+                runs[tail].append((out, lse))
+    b, s, _, h, _ = shapes[0]
+    assert 2 <= sm90_tail_order.tail_chains(-(-s // plan.block_m), b * h, sm_count(0), 2.0) < b * h
+    for shape, (out, lse), (want, want_lse) in zip(shapes, runs[True], runs[False], strict=True):
+        assert out.isfinite().all(), f"{shape}: output not finite"
+        assert torch.equal(out, want) and torch.equal(lse, want_lse), f"{shape}: differs from the grid order's"
+    _check(spec, kernel, *_inputs(spec, (2, 1100, 1100, 4, 2), seed=9))

@@ -176,7 +176,7 @@ BWD_PARAMS: tuple[Field, ...] = (
     # dividing kv_heads x entries (families/sm90_dq_tiles.py dq_chains); 1 (or unset) elsewhere.
     Field("dq_chains", "int", _I32),
     # A causal mask's tail order: how many chains at the grid's end deal their KV blocks heaviest first across each
-    # other (families/sm90_bwd_order.py tail_chains); 0 (or unset): the grid's own order.
+    # other (families/sm90_tail_order.py tail_chains); 0 (or unset): the grid's own order.
     Field("tail_chains", "int", _I32),
 )
 
@@ -233,9 +233,12 @@ def layout(fields: tuple[Field, ...]) -> tuple[tuple[str, int], ...]:
 
 
 #: The warp-specialized (TMA) forward: the tensor maps of Q, K and V first (64-byte aligned offsets),
-#: then the multistage kernel's fields (O and the LSE are written with plain stores).
+#: then the multistage kernel's fields (O and the LSE are written with plain stores), then the tail order's chain count.
 HOPPER_FWD_PARAMS: tuple[Field, ...] = _padded(
-    (*(Field(f"tma_{t}", "TensorMap", _MAP) for t in "qkv"), *FWD_PARAMS), TENSOR_MAP_ALIGN)
+    (*(Field(f"tma_{t}", "TensorMap", _MAP) for t in "qkv"), *FWD_PARAMS,
+     # A causal mask's tail order: how many chains (entry, head) at the grid's end deal their query blocks heaviest
+     # first across each other (families/sm90_tail_order.py tail_chains); 0: the grid's own order.
+     Field("tail_chains", "int", _I32)), TENSOR_MAP_ALIGN)
 
 @functools.cache
 def forward_base(fields: tuple[Field, ...], descaled: bool) -> tuple[Field, ...]:

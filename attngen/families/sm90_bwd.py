@@ -47,9 +47,9 @@ from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
 from .sm90_bwd_halves import halves_line, halves_ops, halves_refusal, halves_tiling
-from .sm90_bwd_order import order_line, tail_waves
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 from .sm90_dq_tiles import TILED_DQ_PATH
+from .sm90_tail_order import order_line, tail_waves
 
 #: The head dims where each consumer warpgroup owns 64 KV rows and all of head_dim: its dK and dV accumulators
 #: (head_dim fp32 registers per consumer thread together) leave room for the scores only up to 128. Measured on

@@ -17,8 +17,8 @@ from ..runtime import tile_table, tma
 from ..runtime.device import sm_count
 from ..runtime.driver import PreparedLaunch
 from ..runtime.prepared import ParamTemplate, copied
-from .sm90_bwd_order import tail_chains
 from .sm90_dq_tiles import DQ_CONVERT_THREADS, dq_chains
+from .sm90_tail_order import tail_chains
 
 if TYPE_CHECKING:
     import torch

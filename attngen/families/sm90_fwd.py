@@ -44,6 +44,7 @@ from ..planning.splits import wave_efficiency
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind
 from .base import Coverage
 from .sm90_fwd_measured import auto_pipeline, band_plain, measured_preference, measured_table, measured_tiles
+from .sm90_tail_order import fwd_order_line, fwd_tail_waves
 
 if TYPE_CHECKING:
     from ..toolchain.artifacts import KernelSource
@@ -349,7 +350,7 @@ class Sm90Forward(ForwardFamily):
                           kernel_name=kernel_name(spec, arch, kind), tiling=t, threads=t.num_warps * 32,
                           smem_bytes=best.smem_bytes, smem=smem_layout(spec, t), regs_estimate=best.regs_estimate,
                           min_blocks_per_sm=1, cost=best.cost, reason=reason, candidates=candidates,
-                          roles=split.model_copy(update=softmax_traits(spec)))
+                          roles=split.model_copy(update=softmax_traits(spec)), tail_waves=fwd_tail_waves(spec))
 
     def owns(self, tiling: Tiling) -> bool:
         return isinstance(tiling, WarpSpecializedTiling)
@@ -365,7 +366,7 @@ class Sm90Forward(ForwardFamily):
         assert r is not None
         return [f"warp roles: 1 producer warpgroup (TMA, setmaxnreg {r.producer_regs}), {r.consumer_warpgroups} "
                 f"consumer warpgroups (wgmma, setmaxnreg {r.consumer_regs}); ping-pong {'on' if r.pingpong else 'off'}"
-                f"; 'regs est' is per consumer thread"]
+                f"; 'regs est' is per consumer thread", fwd_order_line(plan.tail_waves)]
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: KernelPlan) -> str:
@@ -373,7 +374,8 @@ class Sm90Forward(ForwardFamily):
         assert r is not None
         return (f"{plan.pipeline.value} block_m={t.block_m} block_n={t.block_n} warps={t.num_warps} "
                 f"consumer_warpgroups={r.consumer_warpgroups} stages={t.stages} overlap={r.intra_wg_overlap} "
-                f"regs={r.producer_regs}/{r.consumer_regs} smem={plan.smem_bytes}B")
+                f"regs={r.producer_regs}/{r.consumer_regs} smem={plan.smem_bytes}B"
+                + (f" tail_waves={plan.tail_waves:g}" if plan.tail_waves else ""))
 
     def render(self, plan: KernelPlan) -> KernelSource:
         """The forward's entry point, with a transposed V (fp8) the transpose's (vt_entry), and for varlen the tile

@@ -12,9 +12,11 @@ from typing import Any
 from ..codegen.abi import tile_table_entry, vt_entry, with_variant
 from ..planning.ir import KernelPlan
 from ..runtime import fp8_layout, tile_table, tma
+from ..runtime.device import sm_count
 from ..runtime.driver import PreparedLaunch
 from ..runtime.forward import FwdCall, call_fields, param_template
 from ..runtime.prepared import ParamTemplate, copied
+from .sm90_tail_order import tail_chains
 
 #: The call's tensors TMA reads (FwdCall's attributes).
 TMA_INPUTS = ("q", "k", "v")
@@ -70,6 +72,10 @@ def prepare(plan: KernelPlan, fn: Any, call: FwdCall, fields: tuple[Any, ...], v
         side = tile_table.TileSide(key_side=False, tile_rows=plan.block_m)
         tiles = (fn.sibling(tile_table_entry(plan.kernel_name)), side)
         grid = (tile_table.blocks(seqs, side, seqs.heads, call.q.shape[1]), 1, 1)
-    return ReadyHopperForward(copies=copies, params=param_template(with_variant(fields, call.args.fields), call),
+    params = param_template(with_variant(fields, call.args.fields), call)
+    if plan.tail_waves and tiles is None:
+        tail = tail_chains(grid[0], grid[1] * grid[2], sm_count(call.q.device.index), plan.tail_waves)
+        params = ParamTemplate(params.make(lambda p: setattr(p, "tail_chains", tail)))
+    return ReadyHopperForward(copies=copies, params=params,
                               maps=tuple(maps), launch=PreparedLaunch(fn, grid, plan.threads), transpose=transpose,
                               tiles=tiles)

@@ -158,6 +158,10 @@ class KernelPlan(_Frozen):
     candidates: tuple[Candidate, ...]
     #: Warp-specialized families only.
     roles: WarpRoles | None = None
+    #: The Hopper forward under a causal mask: the grid's last chains (entry, head) deal their query blocks heaviest
+    #: first across each other, as many chains as fill this many waves of one block per SM
+    #: (families/sm90_tail_order.py); 0: the grid's own order.
+    tail_waves: float = 0.0
 
     # Flat views the CLI and manifests promise.
     @property
@@ -197,6 +201,7 @@ class KernelPlan(_Frozen):
             "cost": self.cost.model_dump(),
             "reason": self.reason,
             "roles": self.roles.model_dump() if self.roles else None,
+            "tail_waves": self.tail_waves,
         }
 
 
@@ -421,7 +426,7 @@ class HopperBwdPlan(_Frozen):
     #: grid's writes in the kernel (the dK/dV kernel's producer after loading K, V and the first Q and dO tiles).
     dependent_launch: bool = False
     #: Under a causal mask, the grid's last chains (entry, KV head) deal their dK/dV blocks heaviest first across the
-    #: chains, as many chains as fill this many waves of one block per SM (families/sm90_bwd_order.py); 0: the grid's
+    #: chains, as many chains as fill this many waves of one block per SM (families/sm90_tail_order.py); 0: the grid's
     #: own order.
     tail_waves: float = 0.0
     cost: BwdCost

@@ -1,5 +1,5 @@
 """The Hopper backward's dK/dV dispatch order under a causal mask: the grid's last chains dealt heaviest block first
-(families/sm90_bwd_order.py)."""
+(families/sm90_tail_order.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from attngen.families import sm90_bwd_order as order
+from attngen.families import sm90_tail_order as order
 from attngen.planning.archs import arch_info
 from attngen.planning.ir import HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
@@ -25,7 +25,7 @@ def test_tail_chains_fill_the_last_waves(kv_blocks: int, chains: int, waves: flo
 
 
 def test_tail_chains_refuse_empty_grids() -> None:
-    with pytest.raises(ValueError, match="kv_blocks, chains and sms must be positive, got 0, 4, 132"):
+    with pytest.raises(ValueError, match="blocks, chains and sms must be positive, got 0, 4, 132"):
         order.tail_chains(0, 4, 132, 2.0)
 
 
@@ -61,14 +61,31 @@ def test_the_tail_order_serves_dense_causal_specs_with_dq_in_any_order(extra: di
         plan = plan_bwd(spec, Arch.sm90)
         assert isinstance(plan, HopperBwdPlan)
         assert order.tail_order_serves(spec, plan.dkdv_wgmma) is serves
-        assert plan.tail_waves == (order.TAIL_WAVES if serves else 0.0)
+        assert plan.tail_waves == (order.BWD_TAIL_WAVES if serves else 0.0)
         assert ("heaviest block first" in order.order_line(plan)) is serves
 
 
 def test_the_tail_waves_are_the_module_constant_at_plan_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """TAIL_WAVES is read when a plan is made (the device A/B overrides it); 0 turns the order off."""
     spec = AttentionSpec(name="tail_off", head_dim=128, dtype="bf16", mask="causal")
-    monkeypatch.setattr(order, "TAIL_WAVES", 0.0)
+    monkeypatch.setattr(order, "BWD_TAIL_WAVES", 0.0)
     plan = plan_bwd(spec, Arch.sm90)
     assert isinstance(plan, HopperBwdPlan) and plan.tail_waves == 0.0
     assert order.order_line(plan).endswith("(the grid's own)")
+
+
+@pytest.mark.parametrize(("extra", "serves"),
+                         [({"mask": "causal"}, True), ({"mask": "none"}, False),
+                          ({"mask": "sliding_window", "window": (256, 0)}, False),
+                          ({"mask": "causal", "seqlens": "varlen"}, False)])
+def test_the_hopper_forward_takes_the_tail_order_under_a_causal_mask(extra: dict[str, object], serves: bool) -> None:
+    """The sm90 forward's plan carries FWD_TAIL_WAVES for dense causal specs (0 elsewhere), and explain says which
+    order its blocks take."""
+    from attngen.planning.planner import plan as plan_forward
+
+    for head_dim in (64, 128, 256):
+        spec = AttentionSpec(head_dim=head_dim, dtype="bf16", **extra)  # type: ignore[arg-type]
+        plan = plan_forward(spec, Arch.sm90)
+        assert plan.family == "sm90_fwd"
+        assert plan.tail_waves == (order.FWD_TAIL_WAVES if serves else 0.0)
+        assert ("heaviest block first across" in order.fwd_order_line(plan.tail_waves)) is serves
