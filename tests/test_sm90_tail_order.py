@@ -89,3 +89,13 @@ def test_the_hopper_forward_takes_the_tail_order_under_a_causal_mask(extra: dict
         assert plan.family == "sm90_fwd"
         assert plan.tail_waves == (order.FWD_TAIL_WAVES if serves else 0.0)
         assert ("heaviest block first across" in order.fwd_order_line(plan.tail_waves)) is serves
+
+
+def test_the_forward_tail_holds_the_chains_whose_keys_fit_its_l2_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K and V of 16 MB a chain (hd256 16k bf16): two fit 40 MB; 8 MB (8k): five; 0 turns the cap off; the cap
+    bounds the waves' count, and a cap of 1 leaves the grid's order."""
+    assert order.fwd_tail_cap(16384, 256, 2) == 2 and order.fwd_tail_cap(8192, 256, 2) == 5
+    assert order.tail_chains(128, 8, 132, 2.0, most=2) == 2 and order.tail_chains(64, 16, 132, 2.0, most=5) == 5
+    assert order.tail_chains(128, 8, 132, 2.0, most=1) == 0 and order.tail_chains(128, 8, 132, 2.0) == 3
+    monkeypatch.setattr(order, "FWD_TAIL_L2_BYTES", 0)
+    assert order.fwd_tail_cap(16384, 256, 2) == 0

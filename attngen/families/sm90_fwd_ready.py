@@ -16,7 +16,7 @@ from ..runtime.device import sm_count
 from ..runtime.driver import PreparedLaunch
 from ..runtime.forward import FwdCall, call_fields, param_template
 from ..runtime.prepared import ParamTemplate, copied
-from .sm90_tail_order import tail_chains
+from .sm90_tail_order import fwd_tail_cap, tail_chains
 
 #: The call's tensors TMA reads (FwdCall's attributes).
 TMA_INPUTS = ("q", "k", "v")
@@ -74,7 +74,8 @@ def prepare(plan: KernelPlan, fn: Any, call: FwdCall, fields: tuple[Any, ...], v
         grid = (tile_table.blocks(seqs, side, seqs.heads, call.q.shape[1]), 1, 1)
     params = param_template(with_variant(fields, call.args.fields), call)
     if plan.tail_waves and tiles is None:
-        tail = tail_chains(grid[0], grid[1] * grid[2], sm_count(call.q.device.index), plan.tail_waves)
+        most = fwd_tail_cap(seqs.seqlen_k, plan.spec.head_dim, call.k.element_size())
+        tail = tail_chains(grid[0], grid[1] * grid[2], sm_count(call.q.device.index), plan.tail_waves, most)
         params = ParamTemplate(params.make(lambda p: setattr(p, "tail_chains", tail)))
     return ReadyHopperForward(copies=copies, params=params,
                               maps=tuple(maps), launch=PreparedLaunch(fn, grid, plan.threads), transpose=transpose,

@@ -33,6 +33,11 @@ BWD_TAIL_WAVES = 2.0
 #: The forward's (Hopper, warp-specialized): the same rule over its query blocks. Unmeasured: a module constant for
 #: the device A/B against the grid's order.
 FWD_TAIL_WAVES = 2.0
+#: The forward's tail holds at most the chains whose K and V fit this much L2 together (the tail's blocks read their
+#: chains' keys side by side). Why: at hd256 16k (16 MB of K and V a chain) a tail of 3 chains measured 2% slower than
+#: the grid's order, where 8k's 5 chains of 8 MB gained 7% (results/h100/tail_order/fwd_tail_1). 0: no cap. A module
+#: constant for the device A/B.
+FWD_TAIL_L2_BYTES = 40 * 2**20
 
 
 def causal_tail_serves(spec: AttentionSpec) -> bool:
@@ -59,16 +64,22 @@ def fwd_tail_waves(spec: AttentionSpec) -> float:
     return FWD_TAIL_WAVES if causal_tail_serves(spec) else 0.0
 
 
-def tail_chains(blocks: int, chains: int, sms: int, waves: float) -> int:
+def tail_chains(blocks: int, chains: int, sms: int, waves: float, most: int = 0) -> int:
     """The chains (entry, head) at the grid's end whose blocks are dealt heaviest first (the kernels' tail_chains
-    parameter): the fewest whose `blocks` blocks each fill `waves` waves of `sms` blocks, at most all; below 2 the
-    order is the grid's own (0)."""
+    parameter): the fewest whose `blocks` blocks each fill `waves` waves of `sms` blocks, at most all and at most
+    `most` (0: no cap); below 2 the order is the grid's own (0)."""
     if blocks < 1 or chains < 1 or sms < 1:
         raise ValueError(f"blocks, chains and sms must be positive, got {blocks}, {chains}, {sms}")
     if waves <= 0:
         return 0
-    tail = min(chains, math.ceil(waves * sms / blocks))
+    tail = min(chains, math.ceil(waves * sms / blocks), most or chains)
     return tail if tail >= 2 else 0
+
+
+def fwd_tail_cap(seqlen_k: int, head_dim: int, elem_bytes: int) -> int:
+    """The most chains of the forward's tail: as many as FWD_TAIL_L2_BYTES holds of K and V (0: no cap)."""
+    chain = 2 * seqlen_k * head_dim * elem_bytes
+    return max(1, FWD_TAIL_L2_BYTES // max(1, chain)) if FWD_TAIL_L2_BYTES else 0
 
 
 def tail_slot(block: tuple[int, int, int], grid: tuple[int, int, int], tail: int) -> tuple[int, int, int]:
