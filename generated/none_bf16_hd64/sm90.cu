@@ -512,6 +512,7 @@ struct Params {
   int heads;
   int kv_heads;
   float scale_log2;
+  int tail_chains;
   unsigned char tail_pad[32];
 };
 // The launcher fills this struct through its ctypes twin (attngen/abi.py): same offsets, same size.
@@ -552,9 +553,22 @@ static_assert(__builtin_offsetof(Params, seqlen_k) == 588, "parameter seqlen_k d
 static_assert(__builtin_offsetof(Params, heads) == 592, "parameter heads differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, kv_heads) == 596, "parameter kv_heads differs from attngen.abi");
 static_assert(__builtin_offsetof(Params, scale_log2) == 600, "parameter scale_log2 differs from attngen.abi");
-static_assert(__builtin_offsetof(Params, tail_pad) == 604, "parameter tail_pad differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, tail_chains) == 604, "parameter tail_chains differs from attngen.abi");
+static_assert(__builtin_offsetof(Params, tail_pad) == 608, "parameter tail_pad differs from attngen.abi");
 #endif
 #endif
+
+// ---- A causal mask's tail order (families/sm90_tail_order.py; tail_slot there is the host's mirror). With `tail` >= 2
+// the grid's last `tail` chains (chain y + Y z) deal their blocks heaviest first across each other: the tail's t-th
+// block in dispatch order (blockIdx.x fastest) is position t / tail of chain t % tail. Else the block's own place.
+__device__ __forceinline__ int3 tail_slot(int tail) {
+  const int chains = gridDim.y * gridDim.z;
+  const int chain = blockIdx.y + gridDim.y * blockIdx.z;
+  if (tail < 2 || chain < chains - tail) return make_int3(blockIdx.x, blockIdx.y, blockIdx.z);
+  const int t = (chain - (chains - tail)) * gridDim.x + blockIdx.x;
+  const int mine = chains - tail + t % tail;
+  return make_int3(t / tail, mine % gridDim.y, mine / gridDim.y);
+}
 
 // ---- Which KV blocks a query block visits, which of them need the element mask, and what each
 // visible score becomes: the spec's variant (mask, score mod, sinks) as one struct, Variant<P>.
@@ -1768,9 +1782,10 @@ __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params
 __device__ __forceinline__ void fwd_block_ws(const Params& p, unsigned char* smem_raw) {
   // The planner keeps 1024 bytes spare so the tiles can start on a 1024-byte boundary.
   unsigned char* smem = smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024);
-  int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query blocks of a causal mask first
-  int head = blockIdx.y;
-  int batch = entry_of(p, blockIdx.z);   // packed: longest sequences first
+  const int3 slot = tail_slot(p.tail_chains);   // a causal mask's tail order when p.tail_chains says so
+  int m_block = gridDim.x - 1 - slot.x;  // heaviest query blocks of a causal mask first
+  int head = slot.y;
+  int batch = entry_of(p, slot.z);   // packed: longest sequences first
   if (kOrderEntries && p.tile_table != nullptr) {   // packed, on a flat grid of the entries' query tiles
     const GridTile g = flat_tile(p, p.heads, blockIdx.x);
     if (g.entry < 0) return;
