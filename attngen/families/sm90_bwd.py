@@ -462,7 +462,8 @@ class Sm90Backward(BackwardFamily):
                    "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
-                "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "dependent_launch": plan.dependent_launch}
+                "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "dependent_launch": plan.dependent_launch,
+                "tail_order": plan.tail_waves > 0}
 
     def prepare(self, plan: HopperBwdPlan, function: LoadFunction, call: Any) -> Any:
         from .sm90_bwd_ready import prepare

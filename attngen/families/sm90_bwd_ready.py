@@ -18,7 +18,7 @@ from ..runtime.device import sm_count
 from ..runtime.driver import PreparedLaunch
 from ..runtime.prepared import ParamTemplate, copied
 from .sm90_dq_tiles import DQ_CONVERT_THREADS, dq_chains
-from .sm90_tail_order import tail_chains
+from .sm90_tail_order import call_tail_chains
 
 if TYPE_CHECKING:
     import torch
@@ -95,7 +95,7 @@ def prepare(plan: HopperBwdPlan, function: LoadFunction, call: rt.BwdCall) -> Re
             chains = dq_chains(grid[0], grid[1] * grid[2], sm_count(call.q.device.index))
             hopper = ParamTemplate(hopper.make(lambda p: setattr(p, "dq_chains", chains)))
         elif plan.tail_waves:
-            tail = tail_chains(grid[0], grid[1] * grid[2], sm_count(call.q.device.index), plan.tail_waves)
+            tail = call_tail_chains(grid[0], grid[1] * grid[2], call.q, plan.tail_waves)
             hopper = ParamTemplate(hopper.make(lambda p: setattr(p, "tail_chains", tail)))
     if h.dq_red and seqs.seqlen_q:
         # One block per (query tile, head, entry) of the tile-ordered accumulator: dQ scaled, in the input dtype.

@@ -394,7 +394,7 @@ class Sm90Forward(ForwardFamily):
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
                 "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
                 "v_box_keys": v_box_keys(plan.spec), "vt_params": VT_PARAMS, "vt_params_layout": layout(VT_PARAMS),
-                **_params(plan)}
+                "tail_order": plan.tail_waves > 0, **_params(plan)}
 
     def prepare(self, plan: KernelPlan, fn: Any, call: Any) -> Any:
         from .sm90_fwd_ready import prepare

@@ -12,11 +12,10 @@ from typing import Any
 from ..codegen.abi import tile_table_entry, vt_entry, with_variant
 from ..planning.ir import KernelPlan
 from ..runtime import fp8_layout, tile_table, tma
-from ..runtime.device import sm_count
 from ..runtime.driver import PreparedLaunch
 from ..runtime.forward import FwdCall, call_fields, param_template
 from ..runtime.prepared import ParamTemplate, copied
-from .sm90_tail_order import fwd_tail_cap, tail_chains
+from .sm90_tail_order import call_tail_chains, fwd_tail_cap
 
 #: The call's tensors TMA reads (FwdCall's attributes).
 TMA_INPUTS = ("q", "k", "v")
@@ -75,7 +74,7 @@ def prepare(plan: KernelPlan, fn: Any, call: FwdCall, fields: tuple[Any, ...], v
     params = param_template(with_variant(fields, call.args.fields), call)
     if plan.tail_waves and tiles is None:
         most = fwd_tail_cap(seqs.seqlen_k, plan.spec.head_dim, call.k.element_size())
-        tail = tail_chains(grid[0], grid[1] * grid[2], sm_count(call.q.device.index), plan.tail_waves, most)
+        tail = call_tail_chains(grid[0], grid[1] * grid[2], call.q, plan.tail_waves, most)
         params = ParamTemplate(params.make(lambda p: setattr(p, "tail_chains", tail)))
     return ReadyHopperForward(copies=copies, params=params,
                               maps=tuple(maps), launch=PreparedLaunch(fn, grid, plan.threads), transpose=transpose,

@@ -76,6 +76,18 @@ def tail_chains(blocks: int, chains: int, sms: int, waves: float, most: int = 0)
     return tail if tail >= 2 else 0
 
 
+def call_tail_chains(blocks: int, chains: int, q: object, waves: float, most: int = 0) -> int:
+    """tail_chains for a call whose query tensor is `q`, over its GPU's SMs; 0 where `q` is not on a GPU (nothing
+    launches those calls: the CPU tests' prepared calls with recorded launches)."""
+    import torch
+
+    if not waves or not isinstance(q, torch.Tensor) or not q.is_cuda:
+        return 0
+    from ..runtime.device import sm_count
+
+    return tail_chains(blocks, chains, sm_count(q.device.index or 0), waves, most)
+
+
 def fwd_tail_cap(seqlen_k: int, head_dim: int, elem_bytes: int) -> int:
     """The most chains of the forward's tail: as many as FWD_TAIL_L2_BYTES holds of K and V (0: no cap)."""
     chain = 2 * seqlen_k * head_dim * elem_bytes

@@ -561,10 +561,13 @@ static_assert(__builtin_offsetof(Params, tail_pad) == 608, "parameter tail_pad d
 // ---- A causal mask's tail order (families/sm90_tail_order.py; tail_slot there is the host's mirror). With `tail` >= 2
 // the grid's last `tail` chains (chain y + Y z) deal their blocks heaviest first across each other: the tail's t-th
 // block in dispatch order (blockIdx.x fastest) is position t / tail of chain t % tail. Else the block's own place.
+// Compiled in only where the plan takes the order (its tail_waves): beside a document mask's state the remap's
+// registers spilled 72 B in the forward and 8 B in the backward.
+constexpr bool kTailOrder = false;
 __device__ __forceinline__ int3 tail_slot(int tail) {
   const int chains = gridDim.y * gridDim.z;
   const int chain = blockIdx.y + gridDim.y * blockIdx.z;
-  if (tail < 2 || chain < chains - tail) return make_int3(blockIdx.x, blockIdx.y, blockIdx.z);
+  if (!kTailOrder || tail < 2 || chain < chains - tail) return make_int3(blockIdx.x, blockIdx.y, blockIdx.z);
   const int t = (chain - (chains - tail)) * gridDim.x + blockIdx.x;
   const int mine = chains - tail + t % tail;
   return make_int3(t / tail, mine % gridDim.y, mine / gridDim.y);
