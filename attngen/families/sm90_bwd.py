@@ -49,7 +49,7 @@ from .base import Coverage
 from .sm90_bwd_halves import halves_line, halves_ops, halves_refusal, halves_tiling
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 from .sm90_dq_tiles import TILED_DQ_PATH
-from .sm90_tail_order import order_line, tail_waves
+from .sm90_tail_order import bwd_tail_waves, order_line
 
 #: The head dims where each consumer warpgroup owns 64 KV rows and all of head_dim: its dK and dV accumulators
 #: (head_dim fp32 registers per consumer thread together) leave room for the scores only up to 128. Measured on
@@ -408,7 +408,7 @@ class Sm90Backward(BackwardFamily):
         return HopperBwdPlan(spec=spec, arch=info.arch, family=self.name,
                              kernel_name=kernel_name(spec, info.arch, PipelineKind.multistage, "bwd"), dkdv_wgmma=t,
                              dependent_launch=info.programmatic_launch and DEPENDENT_LAUNCH,
-                             tail_waves=tail_waves(spec, t),
+                             tail_waves=bwd_tail_waves(spec, t),
                              cost=plan_cost(spec, info, t), reason=reason)
 
     def explain_lines(self, plan: HopperBwdPlan) -> list[str]:

@@ -54,7 +54,7 @@ def tail_order_serves(spec: AttentionSpec, tiling: HopperBwdTiling) -> bool:
     return causal_tail_serves(spec) and not tiling.ordered_dq
 
 
-def tail_waves(spec: AttentionSpec, tiling: HopperBwdTiling) -> float:
+def bwd_tail_waves(spec: AttentionSpec, tiling: HopperBwdTiling) -> float:
     """HopperBwdPlan.tail_waves: BWD_TAIL_WAVES where the tail order serves, else 0."""
     return BWD_TAIL_WAVES if tail_order_serves(spec, tiling) else 0.0
 
