@@ -6,6 +6,8 @@ before every launch (ATTNGEN_POISON=1) so an unwritten element fails.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -270,3 +272,51 @@ def test_the_causal_tail_order_gives_the_same_output(head_dim: int, pipeline: st
         assert out.isfinite().all(), f"{shape}: output not finite"
         assert torch.equal(out, want) and torch.equal(lse, want_lse), f"{shape}: differs from the grid order's"
     _check(spec, kernel, *_inputs(spec, (2, 1100, 1100, 4, 2), seed=9))
+
+
+@pytest.mark.parametrize("mask", [{"mask": "causal"}, {"mask": "none"}, {"mask": "sliding_window", "window": [100, 0]},
+                                  {"mask": "sliding_window", "window": [40, 70]}],
+                         ids=["causal", "none", "window100", "window40_70"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_warpgroups_own_ranges_give_the_same_output(head_dim: int, mask: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each consumer warpgroup walking only its own rows' KV tiles (sm90_fwd.OWN_RANGES) gives the output and LSE
+    bitwise equal to every warpgroup walking the block's range, dense and packed, exact against float64. The shapes
+    leave a 192-row block (hd64) a warpgroup with no row (1000, 200), a causal block's first warpgroup tiles it does
+    not see, and bottom-right offsets (sq < sk, sq > sk) that move both ends of a warpgroup's range under a window."""
+    from attngen.families import sm90_fwd
+
+    if attngen.runtime.kernel.current_arch().value != "sm90":
+        pytest.skip("the warpgroups' own ranges are the Hopper forward's")
+    shapes = [(1, 1000, 1000, 4, 2), (2, 200, 777, 4, 4), (1, 777, 200, 2, 1), (1, 2100, 2100, 2, 2)]
+    lengths_q, lengths_k = [0, 17, 200, 700, 1, 450], [9, 40, 200, 300, 129, 1000]
+    runs: dict[bool, list[torch.Tensor]] = {}
+    for own in (False, True):
+        with monkeypatch.context() as m:
+            m.setattr(sm90_fwd, "OWN_RANGES", own)
+            tag = mask["mask"] + "".join(f"_{w}" for w in mask.get("window", []))
+            fields = {"name": f"own{int(own)}_hd{head_dim}_{tag}",
+                      "head_dim": head_dim, "dtype": "bf16", "pipeline": "warp_specialized", **mask}
+            spec = AttentionSpec(**fields)
+            kernel = attngen.compile(spec)
+            packed = attngen.compile(AttentionSpec(**{**fields, "name": fields["name"] + "_packed",
+                                                      "seqlens": "varlen"}))
+            plan = kernel.cubins[attngen.runtime.kernel.current_arch()].source.plan
+            assert plan.roles is not None and plan.roles.own_ranges == own
+            runs[own] = [t for i, shape in enumerate(shapes)
+                         for t in kernel(*_inputs(spec, shape, seed=310 + i), return_lse=True)]
+            gen = torch.Generator(device="cuda").manual_seed(31)
+            q = torch.randn(sum(lengths_q), 4, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+            k, v = (torch.randn(sum(lengths_k), 2, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+                    for _ in range(2))
+            cu_q, cu_k = (torch.tensor([0, *itertools.accumulate(n)], dtype=torch.int32, device="cuda")
+                          for n in (lengths_q, lengths_k))
+            runs[own] += list(packed(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lengths_q),
+                                     max_seqlen_k=max(lengths_k), return_lse=True))
+    for i, (got, want) in enumerate(zip(runs[True], runs[False], strict=True)):
+        assert got.isfinite().any(), f"run {i}: nothing finite"
+        assert torch.equal(got, want), f"run {i}: differs from the block's range"
+    for i, shape in enumerate(shapes):
+        _check(spec, kernel, *_inputs(spec, shape, seed=310 + i))
+    ref_out, ref_lse = attngen.reference.varlen(packed.spec, q, k, v, cu_q, cu_k)
+    assert relative_error(runs[True][-2], torch.from_numpy(ref_out).cuda()) < 2e-2
+    assert lse_error(runs[True][-1], torch.from_numpy(ref_lse).cuda()) < 2e-3

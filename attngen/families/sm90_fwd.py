@@ -115,11 +115,19 @@ RESCALE_THRESHOLD = 8.0
 #: the H100 a quarter of hd64's tiles on the polynomial measured 4-10% slower, half of them 10-20% slower
 #: (results/h100/softmax_rows_1/softmax_ab.txt); softmax_device.sh still ablates {64: 4}.
 EXP2_POLY_TILES: dict[int, int] = {}
+#: Each consumer warpgroup walks the KV tiles its own 64 query rows see (WarpRoles.own_ranges), not the whole block's
+#: range: under a causal mask a 192-row block's (hd64) first tiles hold keys no row of its first warpgroup sees, and a
+#: block past a sequence's last rows may leave a warpgroup no row at all, yet every warpgroup multiplied every tile.
+#: Such tiles are passed (waited for and released). Predicted from the tile counts (benchmarks/NOTES.md): hd64
+#: causal 10% / 8% / 3% / 2.3% fewer products at 2k / 4k / 8k / 16k, 3% of hd64's unmasked 2k and 4k; hd256's
+#: 128 x 80 causal 2.9% at 2k. A module constant for the device A/B.
+OWN_RANGES = True
 
 
-def softmax_traits(spec: AttentionSpec) -> dict[str, float | int]:
-    """The consumers' softmax traits of `spec`'s plan (WarpRoles.rescale_threshold, exp2_poly_tiles)."""
-    return {"rescale_threshold": RESCALE_THRESHOLD, "exp2_poly_tiles": EXP2_POLY_TILES.get(spec.head_dim, 0)}
+def softmax_traits(spec: AttentionSpec) -> dict[str, float | int | bool]:
+    """The consumers' traits of `spec`'s plan (WarpRoles.rescale_threshold, exp2_poly_tiles, own_ranges)."""
+    return {"rescale_threshold": RESCALE_THRESHOLD, "exp2_poly_tiles": EXP2_POLY_TILES.get(spec.head_dim, 0),
+            "own_ranges": OWN_RANGES}
 
 
 def roles(info: ArchInfo, consumer_wgs: int, pingpong: bool, overlap: bool) -> WarpRoles:

@@ -137,6 +137,9 @@ class WarpRoles(_Frozen):
     #: every block), and take the exp2 of this many 8-column score tiles from a polynomial on the FMA pipe.
     rescale_threshold: float = 0.0
     exp2_poly_tiles: int = 0
+    #: Each consumer warpgroup walks only the KV tiles its own 64 query rows see and passes the block's others
+    #: (families/sm90_fwd.py OWN_RANGES); False: every warpgroup multiplies every tile of the block's range.
+    own_ranges: bool = False
 
 
 class KernelPlan(_Frozen):
