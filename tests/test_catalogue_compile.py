@@ -188,3 +188,24 @@ def test_hopper_forward_softmax_traits_compile_with_zero_spills(head_dim: int, m
         assert f"constexpr float kRescaleThreshold = {sm90_fwd.RESCALE_THRESHOLD}f;" in code, spec.name
         for res in cubin.resources:
             assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"{spec.name}: {res}"
+
+
+def test_hopper_forward_own_ranges_reach_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sm90_fwd.OWN_RANGES (on by default) reaches the plan, explain's lines and the kernel; on and off, a causal
+    hd64 forward (192-row blocks, three consumer warpgroups) and a windowed hd256 one compile without spills."""
+    from attngen.families import sm90_fwd
+    from attngen.spec.model import AttentionSpec
+
+    assert sm90_fwd.OWN_RANGES is True
+    for own in (True, False):
+        monkeypatch.setattr(sm90_fwd, "OWN_RANGES", own)
+        for d, extra in ((64, {"mask": "causal"}), (256, {"mask": "sliding_window", "window": [100, 0]})):
+            spec = AttentionSpec(name=f"own{int(own)}_hd{d}", head_dim=d, dtype="bf16", **extra)
+            cubin = attngen.build(spec, Arch.sm90)
+            plan = cubin.source.plan
+            assert plan.roles is not None and plan.roles.own_ranges is own
+            assert f"constexpr bool kOwnRanges = {'true' if own else 'false'};" in cubin.source.code
+            lines = attngen.families.get("sm90_fwd").explain_lines(plan)
+            assert any(("its own 64 query rows" in line) is own for line in lines if line.startswith("KV ranges"))
+            for res in cubin.resources:
+                assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"{spec.name}: {res}"

@@ -130,6 +130,15 @@ def softmax_traits(spec: AttentionSpec) -> dict[str, float | int | bool]:
             "own_ranges": OWN_RANGES}
 
 
+def own_ranges_line(r: WarpRoles) -> str:
+    """What explain says of the consumers' KV ranges (WarpRoles.own_ranges)."""
+    if r.own_ranges:
+        return ("KV ranges: each consumer warpgroup multiplies only the KV tiles its own 64 query rows see; the "
+                "block's others it waits for and releases (a causal 192-row block's first tiles, a warpgroup past "
+                "the last row)")
+    return "KV ranges: every consumer warpgroup multiplies every KV tile of the block's range"
+
+
 def roles(info: ArchInfo, consumer_wgs: int, pingpong: bool, overlap: bool) -> WarpRoles:
     """The register split: what the producer gives up, shared by the consumers, in multiples of 8."""
     producer, consumer = setmaxnreg_split(info, consumer_wgs)
@@ -374,7 +383,8 @@ class Sm90Forward(ForwardFamily):
         assert r is not None
         return [f"warp roles: 1 producer warpgroup (TMA, setmaxnreg {r.producer_regs}), {r.consumer_warpgroups} "
                 f"consumer warpgroups (wgmma, setmaxnreg {r.consumer_regs}); ping-pong {'on' if r.pingpong else 'off'}"
-                f"; 'regs est' is per consumer thread", fwd_order_line(plan.tail_waves)]
+                f"; 'regs est' is per consumer thread", own_ranges_line(r),
+                fwd_order_line(plan.tail_waves)]
 
     # ---- render and launch ---------------------------------------------------------------------
     def plan_line(self, plan: KernelPlan) -> str:
@@ -383,7 +393,8 @@ class Sm90Forward(ForwardFamily):
         return (f"{plan.pipeline.value} block_m={t.block_m} block_n={t.block_n} warps={t.num_warps} "
                 f"consumer_warpgroups={r.consumer_warpgroups} stages={t.stages} overlap={r.intra_wg_overlap} "
                 f"regs={r.producer_regs}/{r.consumer_regs} smem={plan.smem_bytes}B"
-                + (f" tail_waves={plan.tail_waves:g}" if plan.tail_waves else ""))
+                + (f" tail_waves={plan.tail_waves:g}" if plan.tail_waves else "")
+                + (" own_ranges" if r.own_ranges else ""))
 
     def render(self, plan: KernelPlan) -> KernelSource:
         """The forward's entry point, with a transposed V (fp8) the transpose's (vt_entry), and for varlen the tile
