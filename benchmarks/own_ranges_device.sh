@@ -12,6 +12,6 @@ if [ "${OR_TESTS:-1}" = 1 ]; then
 fi
 timeout $((${OR_END_S:-585} - SECONDS)) python3 benchmarks/bwd_interleaved.py --forward --head-dims "${OR_HEAD_DIMS:-64,128,256}" \
   --seqlens "${OR_SEQLENS:-2048,4096,8192,16384}" --masks "${OR_MASKS:-causal}" --reps "${OR_REPS:-4}" \
-  --kinds "attngen:sm90_fwd.OWN_RANGES=False,attngen${OR_PEERS:-}" > "$OUT/ab_${OR_MASKS:-causal}.txt" 2>&1
+  --kinds "attngen:${OR_BASE:-sm90_fwd.OWN_RANGES=False},attngen${OR_PEERS:-}" > "$OUT/ab_${OR_MASKS:-causal}.txt" 2>&1
 echo "ab rc $? after ${SECONDS}s" >> "$OUT/ab_${OR_MASKS:-causal}.txt"
 tail -40 "$OUT/ab_${OR_MASKS:-causal}.txt"

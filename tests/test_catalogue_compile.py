@@ -191,8 +191,9 @@ def test_hopper_forward_softmax_traits_compile_with_zero_spills(head_dim: int, m
 
 
 def test_hopper_forward_own_ranges_reach_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """sm90_fwd.OWN_RANGES (on by default) reaches the plan, explain's lines and the kernel; on and off, a causal
-    hd64 forward (192-row blocks, three consumer warpgroups) and a windowed hd256 one compile without spills."""
+    """sm90_fwd.OWN_RANGES (on by default) reaches the plan, explain's lines and the kernel, with HALF_TILES where the
+    tiles allow it; on and off, a causal hd64 forward (192-row blocks, three consumer warpgroups) and a windowed hd256
+    one compile without spills and without serialized wgmmas."""
     from attngen.families import sm90_fwd
     from attngen.spec.model import AttentionSpec
 
@@ -204,8 +205,12 @@ def test_hopper_forward_own_ranges_reach_the_kernel(monkeypatch: pytest.MonkeyPa
             cubin = attngen.build(spec, Arch.sm90)
             plan = cubin.source.plan
             assert plan.roles is not None and plan.roles.own_ranges is own
+            # Half tiles need own ranges and an even count of P V k-steps (hd256's block_n 80 has five).
+            assert plan.roles.half_tiles is (own and d == 64)
+            assert ("constexpr bool kHalfTiles = true;" in cubin.source.code) is (own and d == 64)
             assert f"constexpr bool kOwnRanges = {'true' if own else 'false'};" in cubin.source.code
             lines = attngen.families.get("sm90_fwd").explain_lines(plan)
             assert any(("its own 64 query rows" in line) is own for line in lines if line.startswith("KV ranges"))
             for res in cubin.resources:
                 assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"{spec.name}: {res}"
+                assert not res.wgmma_serialized, f"{spec.name}: {res}"

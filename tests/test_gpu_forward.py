@@ -279,7 +279,8 @@ def test_the_causal_tail_order_gives_the_same_output(head_dim: int, pipeline: st
                          ids=["causal", "none", "window100", "window40_70"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_warpgroups_own_ranges_give_the_same_output(head_dim: int, mask: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each consumer warpgroup walking only its own rows' KV tiles (sm90_fwd.OWN_RANGES) gives the output and LSE
+    """Each consumer warpgroup walking only its own rows' KV tiles (sm90_fwd.OWN_RANGES, with HALF_TILES: a first tile
+    whose second half the warpgroup does not see at half width) gives the output and LSE
     bitwise equal to every warpgroup walking the block's range, dense and packed, exact against float64. The shapes
     leave a 192-row block (hd64) a warpgroup with no row (1000, 200), a causal block's first warpgroup tiles it does
     not see, and bottom-right offsets (sq < sk, sq > sk) that move both ends of a warpgroup's range under a window."""

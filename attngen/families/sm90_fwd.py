@@ -21,7 +21,7 @@ from ..codegen.abi import (
     tile_table_entry,
     vt_entry,
 )
-from ..codegen.wgmma import attention_ops
+from ..codegen.wgmma import WgmmaOp, attention_ops
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS, mask_trait
@@ -122,12 +122,35 @@ EXP2_POLY_TILES: dict[int, int] = {}
 #: causal 10% / 8% / 3% / 2.3% fewer products at 2k / 4k / 8k / 16k, 3% of hd64's unmasked 2k and 4k; hd256's
 #: 128 x 80 causal 2.9% at 2k. A module constant for the device A/B.
 OWN_RANGES = True
+#: A warpgroup's first tile (under a causal mask, the diagonal) at half width where its 64 rows see none of the
+#: tile's second half (WarpRoles.half_tiles): at 128 x 128 the first warpgroup's diagonal tile is half masked keys.
+#: Predicted from the tile counts: 2.9% / 1.5% / 0.8% of hd128's causal products at 2k / 4k / 8k, 2.7% / 1.4% /
+#: 0.7% more of hd64's. A module constant for the device A/B.
+HALF_TILES = True
 
 
-def softmax_traits(spec: AttentionSpec) -> dict[str, float | int | bool]:
-    """The consumers' traits of `spec`'s plan (WarpRoles.rescale_threshold, exp2_poly_tiles, own_ranges)."""
+def softmax_traits(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> dict[str, float | int | bool]:
+    """The consumers' traits of `spec`'s plan (WarpRoles.rescale_threshold, exp2_poly_tiles, own_ranges,
+    half_tiles)."""
     return {"rescale_threshold": RESCALE_THRESHOLD, "exp2_poly_tiles": EXP2_POLY_TILES.get(spec.head_dim, 0),
-            "own_ranges": OWN_RANGES}
+            "own_ranges": OWN_RANGES, "half_tiles": HALF_TILES and OWN_RANGES and halves_fit(spec, tiling)}
+
+
+def halves_fit(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> bool:
+    """Whether a tile can run at half width: a mask that hides keys, the intra-warpgroup overlap (the loop that takes
+    it) and an even number of P V k-steps (block_n 80 at hd256 has five)."""
+    from ..features.variant import variant_of
+
+    masked = variant_of(spec).mask.parsed() is not None
+    return masked and tiling.intra_wg_overlap and tiling.block_n % (2 * dtype_trait(spec.dtype).mma_k) == 0
+
+
+def half_qk_op(plan: KernelPlan) -> WgmmaOp | None:
+    """S = Q K^T over half a tile's keys, where the plan takes half tiles."""
+    r = plan.roles
+    if r is None or not r.half_tiles:
+        return None
+    return WgmmaOp(plan.tiling.block_n // 2, a_in_regs=False, trans_b=False, k=dtype_trait(plan.spec.dtype).mma_k)
 
 
 def own_ranges_line(r: WarpRoles) -> str:
@@ -135,7 +158,8 @@ def own_ranges_line(r: WarpRoles) -> str:
     if r.own_ranges:
         return ("KV ranges: each consumer warpgroup multiplies only the KV tiles its own 64 query rows see; the "
                 "block's others it waits for and releases (a causal 192-row block's first tiles, a warpgroup past "
-                "the last row)")
+                "the last row)" + ("; a first tile whose second half it does not see runs at half width"
+                                   if r.half_tiles else ""))
     return "KV ranges: every consumer warpgroup multiplies every KV tile of the block's range"
 
 
@@ -367,7 +391,7 @@ class Sm90Forward(ForwardFamily):
                           kernel_name=kernel_name(spec, arch, kind), tiling=t, threads=t.num_warps * 32,
                           smem_bytes=best.smem_bytes, smem=smem_layout(spec, t), regs_estimate=best.regs_estimate,
                           min_blocks_per_sm=1, cost=best.cost, reason=reason, candidates=candidates,
-                          roles=split.model_copy(update=softmax_traits(spec)), tail_waves=fwd_tail_waves(spec))
+                          roles=split.model_copy(update=softmax_traits(spec, t)), tail_waves=fwd_tail_waves(spec))
 
     def owns(self, tiling: Tiling) -> bool:
         return isinstance(tiling, WarpSpecializedTiling)
@@ -394,7 +418,7 @@ class Sm90Forward(ForwardFamily):
                 f"consumer_warpgroups={r.consumer_warpgroups} stages={t.stages} overlap={r.intra_wg_overlap} "
                 f"regs={r.producer_regs}/{r.consumer_regs} smem={plan.smem_bytes}B"
                 + (f" tail_waves={plan.tail_waves:g}" if plan.tail_waves else "")
-                + (" own_ranges" if r.own_ranges else ""))
+                + (" own_ranges" if r.own_ranges else "") + (" half_tiles" if r.half_tiles else ""))
 
     def render(self, plan: KernelPlan) -> KernelSource:
         """The forward's entry point, with a transposed V (fp8) the transpose's (vt_entry), and for varlen the tile
@@ -410,8 +434,10 @@ class Sm90Forward(ForwardFamily):
 
         qk, pv = attention_ops(plan.tiling.block_n, plan.spec.head_dim, dtype_trait(plan.spec.dtype).mma_k,
                                v_transposed=v_box_keys(plan.spec) > 0)
+        half = half_qk_op(plan)
         return {**common_context(plan, self.plan_line(plan)), "tiling": plan.tiling, "smem": plan.smem,
-                "roles": plan.roles, "qk_op": qk, "pv_op": pv, "wgmma_ops": (qk, pv),
+                "roles": plan.roles, "qk_op": qk, "pv_op": pv, "half_qk_op": half,
+                "wgmma_ops": (qk, pv, *((half,) if half else ())),
                 "v_box_keys": v_box_keys(plan.spec), "vt_params": VT_PARAMS, "vt_params_layout": layout(VT_PARAMS),
                 "tail_order": plan.tail_waves > 0, **_params(plan)}
 

@@ -140,6 +140,10 @@ class WarpRoles(_Frozen):
     #: Each consumer warpgroup walks only the KV tiles its own 64 query rows see and passes the block's others
     #: (families/sm90_fwd.py OWN_RANGES); False: every warpgroup multiplies every tile of the block's range.
     own_ranges: bool = False
+    #: With own_ranges and the intra-warpgroup overlap: a warpgroup's first tile runs at half width (S over its first
+    #: block_n / 2 keys, O += P V over half the k-steps) where its rows see none of the second half's keys
+    #: (families/sm90_fwd.py HALF_TILES).
+    half_tiles: bool = False
 
 
 class KernelPlan(_Frozen):
