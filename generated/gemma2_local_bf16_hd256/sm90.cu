@@ -23,6 +23,7 @@ constexpr bool kOverlap = true;
 constexpr float kRescaleThreshold = 8.0f;   // 0: rescale O on every block
 constexpr int kExp2PolyTiles = 0;   // score tiles whose exp2 runs on the FMA pipe
 constexpr bool kOwnRanges = true;   // a warpgroup walks its own rows' tiles
+constexpr bool kHalfTiles = false;   // a warpgroup's diagonal tile at half width
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
 constexpr int kSwizzleChunks = 8;               // the output staging tile's swizzle (smem.cuh)
@@ -1672,15 +1673,18 @@ __device__ __forceinline__ void issue_qk(Frag& f, u32 q_rows, u32 k_tile) {
   wgmma_commit();
 }
 
-// O += P V: block_n / kMmaK k-steps. 16-bit V is MN-major (head dim contiguous), k-steps of 16 KV rows (2048
+__device__ __forceinline__ void issue_qk_half(Frag&, u32, u32) {}   // never called: no half tiles
+
+// O += P V: block_n / kMmaK k-steps (kSteps of them: half a tile's where its second half's P is zero). 16-bit V is MN-major (head dim contiguous), k-steps of 16 KV rows (2048
 // bytes): the leading byte offset steps between 64-column chunks, the stride byte offset between 8-row groups.
 // 8-bit V is transposed, K-major like K: k-steps 32 bytes apart inside a 128-byte swizzle row of keys,
 // kVBoxBytes apart across boxes, 8-row groups of head-dim rows 1024 bytes apart.
+template <int kSteps = kPSteps>
 __device__ __forceinline__ void issue_pv(Frag& f, const u32 (&pa)[kPSteps][4], u32 v_tile) {
   const u64 b0 = kVBoxKeys > 0 ? smem_desc(v_tile, 16, 1024) : smem_desc(v_tile, kKVChunkBytes, 1024);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kPSteps; ++kk) {
+  for (int kk = 0; kk < kSteps; ++kk) {
     if constexpr (kVBoxKeys > 0) {
       constexpr int kStepsPerBox = kVBoxKeys / kMmaK;
       wgmma_m64n256k16_rs_tb(f.o[0], pa[kk], desc_at(b0, (kk / kStepsPerBox) * kVBoxBytes + (kk % kStepsPerBox) * 32), 1);
@@ -1727,6 +1731,16 @@ __device__ __forceinline__ BlockRange own_range(const Variant<Params>& var, Bloc
     const BlockRange own = var.kv_blocks<64, kBlockN>(m64);
     const BlockRange cut{max(own.n_min, range.n_min), min(own.n_max, range.n_max)};
     return cut.n_max <= cut.n_min ? none : cut;
+  }
+}
+
+// Whether tile n's second half (its last kBlockN / 2 keys) holds no key this warpgroup's rows see (kHalfTiles: the
+// tile then runs at half width, S over its first half and O += P V over half the k-steps).
+__device__ __forceinline__ bool half_tile(const Variant<Params>& var, int m64, int n) {
+  if constexpr (kHalfTiles) {
+    return var.tile<64, kBlockN / 2>(m64, 2 * n + 1) == kTileEmpty;
+  } else {
+    return false;
   }
 }
 
@@ -1798,9 +1812,37 @@ __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params
   }
   u32 pa[kPSteps][4];
   float alpha[1][2];
-  // The first tile: S, softmax; its P waits for the next iteration's O += P V.
-  const int first = head % kStages;
-  mbar_wait(bar_k_full(base, first), (head / kStages) & 1);
+  int at = head;   // the walk's position in the block's
+  if (half_tile(var, m64, walk.n)) {
+    // The first tile at half width (its second half holds no key of this warpgroup's rows: the diagonal): S,
+    // softmax and O += P V in turn, each drained, then the walk goes on as from its first tile.
+    const int stage = at % kStages;
+    const u32 parity = (at / kStages) & 1;
+    mbar_wait(bar_k_full(base, stage), parity);
+    turns.wait_mine();
+    issue_qk_half(f, q_rows, k_smem(base, stage));
+    turns.pass();
+    wgmma_wait<0>();
+    fence_operands(f.s[0]);
+    release(bar_k_empty(base, stage));
+    softmax_block(f, var, walk, row_base, alpha, scale_log2);
+    pack_p(f, pa);
+    mbar_wait(bar_v_full(base, stage), parity);
+    issue_pv<kPSteps / 2>(f, pa, v_smem(base, stage));
+    wgmma_wait<0>();
+    fence_operands(f.o[0]);
+    release(bar_v_empty(base, stage));
+    ++at;
+    walk.next();
+    if (walk.done()) {
+      pass_tiles(base, at, tail, turns);
+      return;
+    }
+  }
+  // The first tile: S, softmax (O rescaled: a half tile may have added to it); its P waits for the next iteration's
+  // O += P V.
+  const int first = at % kStages;
+  mbar_wait(bar_k_full(base, first), (at / kStages) & 1);
   turns.wait_mine();
   issue_qk(f, q_rows, k_smem(base, first));
   turns.pass();
@@ -1808,8 +1850,9 @@ __device__ __forceinline__ void consume_overlapped(Frag& f, const Variant<Params
   fence_operands(f.s[0]);
   release(bar_k_empty(base, first));
   softmax_block(f, var, walk, row_base, alpha, scale_log2);
+  if constexpr (kHalfTiles) rescale_o(f, alpha);
   pack_p(f, pa);
-  int it = head + 1;
+  int it = at + 1;
   for (walk.next(); !walk.done(); walk.next(), ++it) {
     const int stage = it % kStages;
     const int prev = (it - 1) % kStages;
