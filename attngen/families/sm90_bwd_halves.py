@@ -135,9 +135,9 @@ def carries_products(spec: AttentionSpec) -> bool:
     """Whether a step's dV^T and dK^T products run on into the next step: CARRY_PRODUCTS_UNMASKED where no mask hides
     a key (the kernels' Var::kDense), else CARRY_PRODUCTS_MASKED."""
     from ..features.variant import variant_of
+    from ..features.variant_cxx import hides_keys
 
-    dense = variant_of(spec).mask.parsed() is None
-    return CARRY_PRODUCTS_UNMASKED if dense else CARRY_PRODUCTS_MASKED
+    return CARRY_PRODUCTS_MASKED if hides_keys(variant_of(spec)) else CARRY_PRODUCTS_UNMASKED
 
 
 def halves_ops(head_dim: int, k: int) -> dict[str, object]:

@@ -140,9 +140,10 @@ def halves_fit(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> bool:
     """Whether a tile can run at half width: a mask that hides keys, the intra-warpgroup overlap (the loop that takes
     it) and an even number of P V k-steps (block_n 80 at hd256 has five)."""
     from ..features.variant import variant_of
+    from ..features.variant_cxx import hides_keys
 
-    masked = variant_of(spec).mask.parsed() is not None
-    return masked and tiling.intra_wg_overlap and tiling.block_n % (2 * dtype_trait(spec.dtype).mma_k) == 0
+    even_steps = tiling.block_n % (2 * dtype_trait(spec.dtype).mma_k) == 0
+    return hides_keys(variant_of(spec)) and tiling.intra_wg_overlap and even_steps
 
 
 def half_qk_op(plan: KernelPlan) -> WgmmaOp | None:

@@ -26,7 +26,7 @@ def variant_context(variant: Variant) -> dict[str, Any]:
         "band": band is not None,
         "left": band[0] if band else -1,
         "right": band[1] if band else -1,
-        "dense": mask is None,
+        "dense": not hides_keys(variant),
         "holes": not variant.mask.contiguous,
         "mask_per_head": mask is not None and "h" in lang.free_names(mask),
         "visible": "true" if mask is None else lang.emit(mask, names),
@@ -59,6 +59,11 @@ def _classify(mask: Any, names: dict[str, str]) -> str:
     from .. import expr as lang
 
     return lang.emit_classify(mask, names, q=("q_lo", "q_hi"), kv=("kv_lo", "kv_hi"), indent=4)
+
+
+def hides_keys(variant: Variant) -> bool:
+    """Whether the mask hides any key (the kernels' Var::kDense is its negation)."""
+    return variant.mask.parsed() is not None
 
 
 def score_grad_is_const(variant: Variant) -> bool:

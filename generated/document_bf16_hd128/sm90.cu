@@ -1719,36 +1719,35 @@ __device__ __forceinline__ void produce(const Params& p, const Variant<Params>& 
 
 // S = Q K^T for this warpgroup's 64 rows: head_dim / kMmaK k-steps, 32 bytes apart inside a 128-byte
 // swizzle row, kQChunkBytes / kKVChunkBytes apart across 64-column chunks. K-major operands: 8-row
-// core-matrix groups 1024 bytes apart (stride byte offset); the leading byte offset is unused.
-__device__ __forceinline__ void issue_qk(Frag& f, u32 q_rows, u32 k_tile) {
+// core-matrix groups 1024 bytes apart (stride byte offset); the leading byte offset is unused. `product(a, b,
+// scale_d)` issues one k-step's wgmma (over the whole tile's keys or half of them).
+template <class Product>
+__device__ __forceinline__ void issue_s(u32 q_rows, u32 k_tile, Product product) {
   const u64 a0 = smem_desc(q_rows, 16, 1024);
   const u64 b0 = smem_desc(k_tile, 16, 1024);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
-    wgmma_m64n128k16_ss(f.s[0], desc_at(a0, (kk / 4) * kQChunkBytes + (kk % 4) * 32),
-                     desc_at(b0, (kk / 4) * kKVChunkBytes + (kk % 4) * 32), kk > 0);
+    product(desc_at(a0, (kk / 4) * kQChunkBytes + (kk % 4) * 32), desc_at(b0, (kk / 4) * kKVChunkBytes + (kk % 4) * 32),
+            kk > 0);
   }
   wgmma_commit();
+}
+
+__device__ __forceinline__ void issue_qk(Frag& f, u32 q_rows, u32 k_tile) {
+  issue_s(q_rows, k_tile, [&](u64 a, u64 b, int scale_d) { wgmma_m64n128k16_ss(f.s[0], a, b, scale_d); });
 }
 
 // S = Q K^T over the tile's first kBlockN / 2 keys only (kHalfTiles): the other half of S keeps stale values, which
 // the element mask overwrites (the warpgroup's rows see none of those keys).
 __device__ __forceinline__ void issue_qk_half(Frag& f, u32 q_rows, u32 k_tile) {
-  const u64 a0 = smem_desc(q_rows, 16, 1024);
-  const u64 b0 = smem_desc(k_tile, 16, 1024);
   float(&s)[kNTiles / 2][4] = reinterpret_cast<float(&)[kNTiles / 2][4]>(f.s[0]);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    wgmma_m64n64k16_ss(s, desc_at(a0, (kk / 4) * kQChunkBytes + (kk % 4) * 32),
-                          desc_at(b0, (kk / 4) * kKVChunkBytes + (kk % 4) * 32), kk > 0);
-  }
-  wgmma_commit();
+  issue_s(q_rows, k_tile, [&](u64 a, u64 b, int scale_d) { wgmma_m64n64k16_ss(s, a, b, scale_d); });
 }
 
-// O += P V: block_n / kMmaK k-steps (kSteps of them: half a tile's where its second half's P is zero). 16-bit V is MN-major (head dim contiguous), k-steps of 16 KV rows (2048
-// bytes): the leading byte offset steps between 64-column chunks, the stride byte offset between 8-row groups.
+// O += P V: block_n / kMmaK k-steps (kSteps of them: half a tile's where its second half's P is zero). 16-bit V is
+// MN-major (head dim contiguous), k-steps of 16 KV rows (2048 bytes): the leading byte offset steps between 64-column
+// chunks, the stride byte offset between 8-row groups.
 // 8-bit V is transposed, K-major like K: k-steps 32 bytes apart inside a 128-byte swizzle row of keys,
 // kVBoxBytes apart across boxes, 8-row groups of head-dim rows 1024 bytes apart.
 template <int kSteps = kPSteps>
