@@ -335,7 +335,7 @@ def test_the_calibrated_terms_move_no_sm90_choice(monkeypatch: pytest.MonkeyPatc
     """Without the calibration (products at the datasheet rate, HIDDEN alone, no per-block clocks, no partial-mask
     slowdown) every plan is the same: the catalogue, and an hd64 spec with block_n 96, whose 128- and 192-row
     tilings the calibrated times alone would order the other way round."""
-    import attngen.families.sm90_fwd as fwd
+    import attngen.families.sm90_fwd_cost as fwd
 
     specs = [load_spec(p) for p in CATALOGUE] + [AttentionSpec(head_dim=64, dtype="bf16", tiles=Tiles(block_n=96))]
     calibrated = [plan(s, Arch.sm90) for s in specs]

@@ -186,7 +186,7 @@ def test_backward_plans_carry_their_cost(arch: Arch) -> None:
 
 
 def test_hopper_backward_cost_meets_its_calibration() -> None:
-    """sm90_bwd's step overhead is calibrated on hd128 unmasked (468 / 558 TFLOP/s measured on the H100 at 2k / 8k,
+    """sm90_bwd_cost's step overhead is calibrated on hd128 unmasked (468 / 558 TFLOP/s measured on the H100 at 2k / 8k,
     peers_3: the reference workload's 4k between them); the causal plan does half the work, and the atomic-free
     sm80_bwd plan on sm90 is predicted slower."""
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="none")
@@ -206,19 +206,19 @@ def test_hopper_backward_cost_meets_its_calibration() -> None:
 @pytest.mark.parametrize("head_dim", [256])
 def test_hopper_backward_split_is_bounded_by_its_l2_traffic(head_dim: int) -> None:
     """The hd256 split (64 KV rows per block) reads Q and dO and reduces dQ once per 64 KV rows: the model bounds
-    it by that L2 traffic at sm90_bwd.step_l2_gbps (profiled at hd256: L2 84% busy with v2 and with v4 reductions),
+    it by that L2 traffic at sm90_bwd_cost.step_l2_gbps (profiled at hd256: L2 84% busy with v2 and with v4 reductions),
     which predicts the H100's measured TFLOP/s at 8k within 10%: 364-386 unmasked and 332-370 causal with v4
     (results/h100/dq_red, peers_2), 264 / 254 with v2 (softmax_rows_1). The compute terms alone predict ~400. hd128
     (128 KV rows per block) moves half the bytes per FLOP and stays compute-bound."""
-    from attngen.families import sm90_bwd, sm90_bwd_split
+    from attngen.families import sm90_bwd_cost, sm90_bwd_split
     from attngen.features.mask import mask_trait
     from attngen.planning.shared import REF_HIDDEN, REF_SEQLEN
 
     def l2_us(p: HopperBwdPlan) -> float:
         t = p.dkdv_wgmma
         steps = -(-REF_SEQLEN // t.block_n) * (REF_HIDDEN // p.spec.head_dim) * -(-REF_SEQLEN // t.block_m)
-        l2_bytes = steps * mask_trait(p.spec).cost_density * sm90_bwd.step_l2_bytes(p.spec, t)
-        return l2_bytes / (sm90_bwd.step_l2_gbps(t) * 1e3)
+        l2_bytes = steps * mask_trait(p.spec).cost_density * sm90_bwd_cost.step_l2_bytes(p.spec, t)
+        return l2_bytes / (sm90_bwd_cost.step_l2_gbps(t) * 1e3)
 
     points = [(False, "none", 264), (False, "causal", 254)]
     for v4, mask, measured in points + [(True, "none", 375), (True, "causal", 355)]:

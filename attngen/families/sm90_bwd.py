@@ -12,7 +12,7 @@ added to the row-major accumulator with cp.reduce.async.bulk.tensor .add by prod
 tile admitting the KV blocks' reductions one at a time in dispatch order (the ordering needs one issuing warp per
 block; the consumers' own reductions could not be ordered without stalling them). The hd192/256 split adds dQ from
 registers too (sm90_bwd_split.py; deterministic: each consumer warpgroup waits for a tile's turn before its
-reductions). Its template is attn_bwd_hopper.cu.j2 (the preprocess kernel from
+reductions). Its cost model is sm90_bwd_cost.py. Its template is attn_bwd_hopper.cu.j2 (the preprocess kernel from
 templates/common/bwd_preprocess.cuh.j2, as the mma.sync backward has it), its parameter blocks abi.BWD_PARAMS
 (preprocess, dq_convert reads the same fields in the wgmma block) and abi.HOPPER_BWD_PARAMS (TMA maps first).
 """
@@ -27,25 +27,21 @@ from ..codegen.wgmma import backward_ops
 from ..errors import PlanError
 from ..features.dtype import dtype_trait, with_backward
 from ..features.kv_layout import KV_LAYOUTS
-from ..features.mask import MASKS, mask_trait
+from ..features.mask import MASKS
 from ..features.variant import params_with_variant
 from ..planning.archs import ArchInfo, arch_info
-from ..planning.ir import BwdCost, HopperBwdPlan, HopperBwdTiling, SmemRegions
-from ..planning.planner_bwd import BackwardFamily, LoadFunction, backward_cost, preprocess_us, wave_efficiency
+from ..planning.ir import HopperBwdPlan, HopperBwdTiling, SmemRegions
+from ..planning.planner_bwd import BackwardFamily, LoadFunction
 from ..planning.shared import (
     ALIGN_SLACK,
-    BWD_FLOPS_OVER_FWD,
-    MUFU_PER_CLK,
-    REF_HIDDEN,
-    REF_SEQLEN,
     kernel_name,
-    ref_forward_flops,
     schedule_words,
     setmaxnreg_split,
 )
 from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
+from .sm90_bwd_cost import dkdv_terms, plan_cost, step_l2_bytes, step_l2_gbps
 from .sm90_bwd_halves import halves_line, halves_ops, halves_refusal, halves_tiling
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 from .sm90_dq_tiles import TILED_DQ_PATH
@@ -143,31 +139,6 @@ DQ_RED = True
 DQ_BULK = True
 #: Whether masked specs take the tile-ordered accumulator too (dq_red_serves); a module constant for the A/B.
 DQ_RED_MASKED = True
-#: Clocks per step (one block_m query tile against the block's 128 KV rows) of the work beside the products and the
-#: exps, which the model does not split further: mbarrier waits and wgmma fences between five dependent products,
-#: dS = P (dP - D) and the bf16 conversions of P^T and dS^T into shared memory, dQ's fp32 staging and its bulk
-#: reduction. Recalibrated on the H100 after the descriptor and bulk-dQ changes (benchmarks/results/h100/peers_3,
-#: TFLOP/s at 2k / 8k): hd128 unmasked 468 / 558, which brackets the 496 this predicts at the reference workload
-#: (seqlen 4096); hd64 then predicts 449 (379 / 442 measured), hd128 causal 488 (318 / 487), hd64 causal 443
-#: (300 / 407). Short sequences read below it (their blocks' K/V loads and dK/dV stores are not overlapped). The
-#: first calibration, 3200 (387 TFLOP/s at hd128 4k, bwd_hopper/bwd.json), read 0.69-0.84 of today's kernel.
-STEP_OVERHEAD_CLK = 1800
-#: An ordered dQ (deterministic specs) against the default: each query tile's reductions wait for the KV blocks
-#: dispatched before this one, and for their own completion before the turn passes on. Measured on the H100 with the
-#: turns kept by producer warp 1 and the chains a wave holds interleaved (results/h100/det_ab/v3_chains, 2k-16k):
-#: 0.77-0.84 of the default at hd128, 0.74-0.83 at hd192, 0.83-0.88 at hd256.
-ORDERED_DQ_SLOWDOWN = 1.2
-#: The L2 traffic of the dK/dV kernel's steps that the H100 sustains, in GB/s: each step reads its query tile's Q
-#: and dO (TMA) and adds block_m x head_dim fp32 of dQ into L2. L2 binds on requests more than on bytes, so the rate
-#: depends on how wide dQ's reductions are. With red.global.add.v4.f32 (or TMA bulk reductions, whole lines): hd256
-#: 8k profiled (results/h100/dq_red/ncu_bwd_red/hd256.txt) moved the same 545M sectors (33.4 GB) in 6.88 ms at L2
-#: throughput 83.8%, so ~4850 GB/s; the compute terms predict ~6.0 ms there.
-STEP_L2_GBPS = 4850
-#: ... with two-float reductions (the split with SPLIT_DQ_V4 off): the same bytes in 10.4 ms at L2 84.8%
-#: (results/h100/softmax_rows_1/ncu_bwd_hd256), ~3200 GB/s: four times the requests.
-STEP_L2_GBPS_V2 = 3200
-
-
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The dK/dV tiling of a head dim it serves; PlanError with the arithmetic when the budget cannot hold it."""
     if halves_refusal(spec) is None:
@@ -281,43 +252,6 @@ def block_m(spec: AttentionSpec, bulk: bool) -> int:
     if bulk and spec.mask.kind is MaskKind.none and d in BLOCK_M_UNMASKED:
         return BLOCK_M_UNMASKED[d]
     return BLOCK_M[d]
-
-
-def step_l2_bytes(spec: AttentionSpec, t: HopperBwdTiling) -> int:
-    """The bytes one step moves through L2: its query tile's Q and dO and their LSE and D rows read, its block_m x
-    head_dim fp32 of dQ reduced."""
-    e = dtype_trait(spec.dtype).size
-    return t.block_m * (2 * spec.head_dim * e + 2 * 4 + spec.head_dim * 4)
-
-
-def dkdv_terms(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> tuple[float, float]:
-    """The dK/dV kernel's two bounds at the reference workload (us, before waves and ordering): its compute (the
-    useful FLOPs at the wgmma rate, the exps of the recomputed P and STEP_OVERHEAD_CLK per step, one after the
-    other: the model grants no overlap) and its steps' L2 traffic at step_l2_gbps; both times the share of tiles
-    the mask keeps."""
-    n, heads = REF_SEQLEN, REF_HIDDEN // spec.head_dim
-    density = mask_trait(spec).cost_density
-    sms, clk = info.num_sms_hint, info.clock_ghz * 1e3
-    steps = -(-n // t.block_n) * heads * -(-n // t.block_m) * density
-    t_exp = heads * n * n * density / (MUFU_PER_CLK * sms * clk)
-    t_steps = steps / sms * STEP_OVERHEAD_CLK / clk
-    t_mma = BWD_FLOPS_OVER_FWD * ref_forward_flops(spec) / (info.wgmma_flops_per_clk * sms * clk)
-    return t_mma + t_exp + t_steps, steps * step_l2_bytes(spec, t) / (step_l2_gbps(t) * 1e3)
-
-
-def step_l2_gbps(t: HopperBwdTiling) -> int:
-    """The L2 rate that bounds the plan's steps: two-float dQ reductions (the split without dq_red) get the lower."""
-    return STEP_L2_GBPS_V2 if t.split and not t.dq_red else STEP_L2_GBPS
-
-
-def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCost:
-    """The preprocess, then the dK/dV kernel at the reference workload: the longer of dkdv_terms' bounds over the
-    waves of one block per SM, ORDERED_DQ_SLOWDOWN for deterministic plans."""
-    kv_blocks = -(-REF_SEQLEN // t.block_n) * (REF_HIDDEN // spec.head_dim)
-    ordered = ORDERED_DQ_SLOWDOWN if t.ordered_dq else 1.0
-    dkdv = max(dkdv_terms(spec, info, t)) / wave_efficiency(info, kv_blocks, 1) * ordered
-    return backward_cost(spec, info, [("preprocess", preprocess_us(spec, info)), ("dkdv_wgmma", dkdv)],
-                         info.wgmma_flops_per_clk)
 
 
 def dq_line(t: HopperBwdTiling) -> str:
