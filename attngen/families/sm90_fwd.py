@@ -25,7 +25,8 @@ from ..codegen.wgmma import WgmmaOp, attention_ops
 from ..features.dtype import DTYPES, dtype_trait
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
-from ..features.variant import params_with_variant
+from ..features.variant import params_with_variant, variant_of
+from ..features.variant_cxx import hides_keys
 from ..planning import search_space
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import Candidate, KernelPlan, SmemLayout, Tiling, WarpRoles, WarpSpecializedTiling
@@ -114,9 +115,6 @@ def softmax_traits(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> dict[s
 def halves_fit(spec: AttentionSpec, tiling: WarpSpecializedTiling) -> bool:
     """Whether a tile can run at half width: a mask that hides keys, the intra-warpgroup overlap (the loop that takes
     it) and an even number of P V k-steps (block_n 80 at hd256 has five)."""
-    from ..features.variant import variant_of
-    from ..features.variant_cxx import hides_keys
-
     even_steps = tiling.block_n % (2 * dtype_trait(spec.dtype).mma_k) == 0
     return hides_keys(variant_of(spec)) and tiling.intra_wg_overlap and even_steps
 

@@ -30,8 +30,9 @@ from ..spec.model import AttentionSpec, SeqlensKind
 #: H100 (results/h100/tail_order/tail_1, causal, TFLOP/s against the grid's order): 2 waves +2% at hd64, +4-5.5% at
 #: hd128/192 2k-8k, +4.5 / 3.8% at hd256 2k / 4k, level at hd256 8k; 1 wave less at every point but one.
 BWD_TAIL_WAVES = 2.0
-#: The forward's (Hopper, warp-specialized): the same rule over its query blocks. Unmeasured: a module constant for
-#: the device A/B against the grid's order.
+#: The forward's (Hopper, warp-specialized): the same rule over its query blocks. Measured on the H100
+#: (results/h100/tail_order/fwd_tail_1, causal, TFLOP/s against the grid's order): +2.0-3.5% at hd64, +3.7-4.8% at
+#: hd128 2k-8k, +6.7-9.6% at hd256 2k-8k, level at hd128/256 16k; three waves read the same as two.
 FWD_TAIL_WAVES = 2.0
 #: The forward's tail holds at most the chains whose K and V fit this much L2 together (the tail's blocks read their
 #: chains' keys side by side). Why: at hd256 16k (16 MB of K and V a chain) a tail of 3 chains measured 2% slower than
