@@ -1,7 +1,9 @@
 """fp8 forward TFLOP/s per pipeline choice (device machine): the default plan and named pipelines / stages, one line
 per configuration, for an A/B of tile and trait choices (each tree in its own process, PYTHONPATH picks it).
 
-    python3 benchmarks/fp8_sweep.py --tag T [--configs auto,pingpong:3,warp_specialized:2] [--head-dims 128,256]
+    python3 benchmarks/fp8_sweep.py --tag T [--configs auto,pingpong:3,pingpong/128x256] [--head-dims 128,256]
+
+A configuration is `auto` or `<pipeline>[:<stages>][/<block_m>x<block_n>]` (tiles as the spec's `tiles:` names them).
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from attngen.planning.planner import plan
 from attngen.spec.model import AttentionSpec
 
 #: (seqlen, causal) points: the short causal blocks and the long ones.
-POINTS = ((2048, True), (8192, False), (8192, True))
+POINTS = ((2048, True), (8192, False), (8192, True), (16384, False))
 
 
 def spec_of(head_dim: int, causal: bool, config: str) -> AttentionSpec:
+    config, _, tiles = config.partition("/")
     kind, _, stages = config.partition(":")
     pipeline: object = kind if not stages else {"kind": kind, "stages": int(stages)}
+    block_m, _, block_n = tiles.partition("x")
+    extra = {"tiles": {"block_m": int(block_m), "block_n": int(block_n)}} if tiles else {}
     return AttentionSpec(head_dim=head_dim, dtype="fp8_e4m3", mask="causal" if causal else "none",
-                         pipeline=pipeline)
+                         pipeline=pipeline, **extra)
 
 
 def rate(spec: AttentionSpec, seqlen: int) -> float:
@@ -52,7 +57,8 @@ def main() -> None:
                 except PlanError as e:
                     print(f"{args.tag} {config} hd{d}: no plan ({str(e).splitlines()[0]})", flush=True)
                     break
-                line = f"{p.pipeline.value} bn{p.tiling.block_n} st{p.tiling.stages} ov{int(p.roles.intra_wg_overlap)}"
+                t = p.tiling
+                line = f"{p.pipeline.value} {t.block_m}x{t.block_n} st{t.stages} ov{int(p.roles.intra_wg_overlap)}"
                 print(f"{args.tag} {config} hd{d} s{seqlen} {'causal' if causal else 'none'} [{line}]: "
                       f"{rate(spec, seqlen):.0f} TFLOP/s", flush=True)
 

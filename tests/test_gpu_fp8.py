@@ -49,21 +49,31 @@ def _inputs(b: int, sq: int, sk: int, heads: int, kv_heads: int, head_dim: int,
     return q, k, v, qs, ks, vs
 
 
+#: sm90 tilings of hd128 named beside the planner's own: block_n 128 with the intra-warpgroup overlap, block_n 256
+#: without it (two 128-key boxes of the transposed V per tile).
+SM90_HD128_TILES = {"bn128": {"pipeline": "pingpong", "tiles": {"block_n": 128}},
+                    "bn256": {"pipeline": "pingpong", "tiles": {"block_n": 256}}}
+
+
 @pytest.mark.parametrize(("mask", "window"), [("none", (-1, -1)), ("causal", (-1, 0)),
                                               ("sliding_window", (100, 0))])
-@pytest.mark.parametrize("head_dim", [128, 256])
+@pytest.mark.parametrize(("head_dim", "tiles"), [(128, None), (128, "bn128"), (128, "bn256"), (256, None)])
 @pytest.mark.parametrize("sharp", [False, True])
-def test_fp8_forward_keys_in_order(head_dim: int, mask: str, window: tuple[int, int], sharp: bool,
+def test_fp8_forward_keys_in_order(head_dim: int, tiles: str | None, mask: str, window: tuple[int, int], sharp: bool,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Lengths off every tile multiple, GQA, and (sharp) a score scale that makes each row attend to a few keys: there
     the output is close to single V rows, so a key order that disagreed between P and V (fp8_layout's permutation)
-    would give errors of V's own size, not the averaged ones a flat softmax hides."""
+    would give errors of V's own size, not the averaged ones a flat softmax hides. `tiles` names an sm90 tiling
+    (SM90_HD128_TILES) beside the planner's."""
     import attngen
     from attngen.spec.model import AttentionSpec
 
     _skip_unserved(head_dim)
+    if tiles and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the named tilings are sm90's (wgmma)")
     monkeypatch.setenv("ATTNGEN_POISON", "1")
-    extra = {"window": list(window)} if mask == "sliding_window" else {}
+    extra: dict[str, object] = {"window": list(window)} if mask == "sliding_window" else {}
+    extra.update(SM90_HD128_TILES[tiles] if tiles else {})
     kernel = attngen.compile(AttentionSpec(head_dim=head_dim, dtype="fp8_e4m3", mask=mask, **extra))
     g = torch.Generator(device="cuda").manual_seed(7 * head_dim + sharp)
     b, sq, sk, heads, kv_heads = 2, 333, 781, 6, 2

@@ -45,7 +45,7 @@ CONSUMER_WGS = (2, 3)
 PINGPONG_CONSUMER_WGS = (2,)
 #: KV rows per block: wgmma N of S = Q K^T (a multiple of 8 up to 256), k-steps of 16 for O += P V,
 #: and 1024-byte tile alignment (block_n x 128 bytes per 64-column box).
-HOPPER_BLOCK_NS = (64, 80, 96, 112, 128, 144, 160, 176, 192)
+HOPPER_BLOCK_NS = (64, 80, 96, 112, 128, 144, 160, 176, 192, 256)
 #: Two stages keep one K/V tile pair loading while another is consumed; three help where tiles are small.
 HOPPER_AUTO_STAGES = (2, 3)
 
