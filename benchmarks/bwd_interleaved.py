@@ -7,6 +7,9 @@ the ratio of their medians is steadier than two separate runs' (one round of a s
     python3 benchmarks/bwd_interleaved.py [--head-dims 64,128] [--seqlens 2048,8192,16384] [--reps 10] [--forward]
     python3 benchmarks/bwd_interleaved.py --kinds "attngen:sm90_bwd.P_EARLY_BLOCK_M=[],attngen"   (an A/B)
     python3 benchmarks/bwd_interleaved.py --deterministic --kinds ...   (attngen's deterministic plans)
+    python3 benchmarks/bwd_interleaved.py --forward --kinds "attngen,attngen@warp_specialized/192x128"   (named tiles,
+        tile_configs.py; beside constants: attngen:<module>.<CONST>=<literal>@<tiles>)
+    python3 benchmarks/bwd_interleaved.py --forward --dtype fp8_e4m3 --kinds ...   (fp8 q, k, v with descales 0.02)
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 import torch
+from tile_configs import spec_fields
 
 import attngen
 from attngen.bench.backward import _impl
@@ -49,19 +53,27 @@ def overrides(kind: str) -> Iterator[None]:
 
 
 def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, forward: bool,
-              deterministic: bool = False) -> Callable[[], None]:
+              deterministic: bool = False, dtype: str = "bf16") -> Callable[[], None]:
     """One call of `kind`. Each kind's spec has a name of its own: the op finds a kernel's launchers by a key of its
     spec's name and its forward cubins, so kinds that differ only in their backward builds would otherwise share the
     last one registered."""
     mask = "causal" if causal else "none"
-    spec = AttentionSpec(name=f"{mask}_hd{head_dim}_kind{index}", head_dim=head_dim, dtype="bf16", mask=mask,
-                         deterministic=deterministic)
     ours = kind.startswith("attngen")
+    prefix, _, config = kind.partition("@")   # attngen[:<constants>][@<tiles>]
+    tiles = spec_fields(config) if ours else {}
+    spec = AttentionSpec(name=f"{mask}_hd{head_dim}_kind{index}", head_dim=head_dim, dtype=dtype, mask=mask,
+                         deterministic=deterministic, **tiles)  # type: ignore[arg-type]
+    fp8 = dtype == "fp8_e4m3"
+    assert not fp8 or (forward and ours), "fp8_e4m3 times attngen's forward only"
     q, k, v = (t.requires_grad_(not forward) for t in make_inputs(Config(head_dim, seqlen, causal), "bf16", 0))
-    with overrides(kind if ours else ""):
+    with overrides(prefix if ours else ""):
         kernel = attngen.compile(spec) if ours else None
         fwd = _impl("attngen" if ours else kind, kernel, causal)
-        if forward:
+        if fp8:
+            q, k, v = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+            scale = torch.full((q.shape[0], q.shape[2]), 0.02, device=q.device)
+            step = lambda: kernel(q, k, v, q_descale=scale, k_descale=scale, v_descale=scale)  # noqa: E731
+        elif forward:
             step = lambda: fwd(q, k, v)  # noqa: E731
         else:
             dout = torch.randn_like(q)
@@ -76,8 +88,8 @@ def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, f
 
 
 def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, forward: bool,
-        deterministic: bool = False) -> None:
-    steps = {kind: make_step(kind, i, head_dim, seqlen, causal, forward, deterministic)
+        deterministic: bool = False, dtype: str = "bf16") -> None:
+    steps = {kind: make_step(kind, i, head_dim, seqlen, causal, forward, deterministic, dtype)
              for i, kind in enumerate(kinds)}
     for step in steps.values():
         for _ in range(3):
@@ -116,11 +128,13 @@ def main() -> None:
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--forward", action="store_true")
+    ap.add_argument("--dtype", default="bf16", help="bf16, or fp8_e4m3 with --forward and attngen kinds only")
     args = ap.parse_args()
     for d in map(int, args.head_dims.split(",")):
         for s in map(int, args.seqlens.split(",")):
             for mask in args.masks.split(","):
-                one(d, s, mask == "causal", args.kinds.split(","), args.reps, args.forward, args.deterministic)
+                one(d, s, mask == "causal", args.kinds.split(","), args.reps, args.forward, args.deterministic,
+                    args.dtype)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ per configuration, for an A/B of tile and trait choices (each tree in its own pr
 
     python3 benchmarks/fp8_sweep.py --tag T [--configs auto,pingpong:3,pingpong/128x256] [--head-dims 128,256]
 
-A configuration is `auto` or `<pipeline>[:<stages>][/<block_m>x<block_n>]` (tiles as the spec's `tiles:` names them).
+A configuration is `auto` or `<pipeline>[:<stages>][/<block_m>x<block_n>]` (tile_configs.py).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from tile_configs import spec_fields
 
 import attngen
 from attngen.bench.measure import time_ms
@@ -23,13 +24,8 @@ POINTS = ((2048, True), (8192, False), (8192, True), (16384, False))
 
 
 def spec_of(head_dim: int, causal: bool, config: str) -> AttentionSpec:
-    config, _, tiles = config.partition("/")
-    kind, _, stages = config.partition(":")
-    pipeline: object = kind if not stages else {"kind": kind, "stages": int(stages)}
-    block_m, _, block_n = tiles.partition("x")
-    extra = {"tiles": {"block_m": int(block_m), "block_n": int(block_n)}} if tiles else {}
     return AttentionSpec(head_dim=head_dim, dtype="fp8_e4m3", mask="causal" if causal else "none",
-                         pipeline=pipeline, **extra)
+                         **spec_fields(config))  # type: ignore[arg-type]
 
 
 def rate(spec: AttentionSpec, seqlen: int) -> float:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..features.variant import variant_of
 from ..planning.ir import WarpSpecializedTiling
-from ..spec.model import AttentionSpec, PipelineKind
+from ..spec.model import AttentionSpec, DType, PipelineKind
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,18 @@ MEASURED_TILES: dict[int, MeasuredTiles] = {
 MEASURED_TILES_BAND: dict[int, MeasuredTiles] = {
     64: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, True),
 }
-_TABLES = {"MEASURED_TILES": MEASURED_TILES, "MEASURED_TILES_BAND": MEASURED_TILES_BAND}
+#: Measured choice per head dim for fp8_e4m3 under band masks without a score mod (band_plain()): the GEMMs take half
+#: the clocks of bf16's while the softmax (one MUFU exp2 a score) does not shrink, so a warpgroup's softmax outlasts
+#: the other's GEMMs under ping-pong (Nsight Compute: tensor pipe 44%, stalls on MUFU and the max chain). Three
+#: consumer warpgroups of 192 x 128, no overlap (O 64 + S 64 + 32 in 160 registers), keep two softmaxes beside one
+#: GEMM. H100 sweep at hd128 (results/h100/fp8_tiles/sweep.txt), TFLOP/s, ping-pong 128 x 128 with the overlap ->
+#: 192 x 128: 8k 849-865 -> 933-962, causal 777-791 -> 865-869, 16k 879-885 -> 964-996; 128 x 256 ping-pong without
+#: the overlap 921-944 unmasked but 695-715 causal.
+MEASURED_TILES_FP8: dict[int, MeasuredTiles] = {
+    128: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, False),
+}
+_TABLES = {"MEASURED_TILES": MEASURED_TILES, "MEASURED_TILES_BAND": MEASURED_TILES_BAND,
+           "MEASURED_TILES_FP8": MEASURED_TILES_FP8}
 
 
 def band_plain(spec: AttentionSpec) -> bool:
@@ -53,9 +64,14 @@ def band_plain(spec: AttentionSpec) -> bool:
 
 
 def measured_table(spec: AttentionSpec) -> str:
-    """The name of the table the spec's measured configuration comes from (MEASURED_TILES_BAND first where
-    band_plain())."""
-    return "MEASURED_TILES_BAND" if band_plain(spec) and spec.head_dim in MEASURED_TILES_BAND else "MEASURED_TILES"
+    """The name of the table the spec's measured configuration comes from: where band_plain(), MEASURED_TILES_FP8
+    (fp8_e4m3) or MEASURED_TILES_BAND if it names the head dim, else MEASURED_TILES."""
+    if band_plain(spec):
+        own = MEASURED_TILES_FP8 if spec.dtype is DType.fp8_e4m3 else MEASURED_TILES_BAND
+        for name, table in _TABLES.items():
+            if table is own and spec.head_dim in table:
+                return name
+    return "MEASURED_TILES"
 
 
 def measured_tiles(spec: AttentionSpec) -> MeasuredTiles | None:
