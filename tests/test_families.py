@@ -91,7 +91,7 @@ def test_considered_names_every_forward_family_and_why() -> None:
     verdicts = dict(considered(p))
     assert list(verdicts) == ["sm90_fwd", "sm80_fwd"]
     assert verdicts["sm90_fwd"].startswith("chosen (TMA + wgmma, warp-specialized / ping-pong): pipeline auto: ")
-    assert "the measured pipeline of hd128 (sm90_fwd_measured.MEASURED_TILES)" in verdicts["sm90_fwd"]
+    assert "the measured pipeline of hd128 (sm90_fwd_measured.MEASURED_TILES_BAND)" in verdicts["sm90_fwd"]
     assert verdicts["sm80_fwd"].startswith("serves the spec, but sm90_fwd comes before it in FAMILIES' order; "
                                            "its own pick [block_m ")
     assert f"sm90_fwd's plan {p.cost.predicted_us} us" in verdicts["sm80_fwd"]

@@ -232,8 +232,9 @@ def test_reason_names_the_measured_tiles_and_the_cost_models_pick_they_overrode(
     p = plan(load_spec(SPECS / "causal_bf16_hd128.yaml"), Arch.sm90)
     pick = _model_pick(p)
     assert pick.cost is not None and pick.cost.predicted_us < p.cost.predicted_us  # the table overrode the model
-    assert p.reason.startswith("the measured tiles of hd128 (sm90_fwd_measured.MEASURED_TILES: 2 consumer warpgroups, "
-                               "block_n 128, 2 stages, overlap True; an H100 sweep measured them fastest), chosen "
+    assert p.reason.startswith("the measured tiles of hd128 (sm90_fwd_measured.MEASURED_TILES_BAND: 3 consumer "
+                               "warpgroups, block_n 128, 2 stages, overlap False; an H100 sweep measured them "
+                               "fastest), chosen "
                                f"over the cost model's pick [{describe_tiling(pick.tiling)}] "
                                f"({pick.cost.predicted_us} us predicted; this one {p.cost.predicted_us} us at seqlen"
                                ), p.reason

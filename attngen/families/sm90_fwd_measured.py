@@ -40,8 +40,13 @@ MEASURED_TILES: dict[int, MeasuredTiles] = {
 #: tiles without it, forward TFLOP/s at 2k / 8k / 16k on the H100, two rounds (results/h100/fwd64, fwd64_band):
 #: unmasked 450-460 -> 470-471, 487-491 -> 507-517, 514-515 -> 523-528 (192 x 112 with the overlap 444-446, 488-497,
 #: 510); causal 312-313 -> 343-349, 410-426 -> 466-470, 453-454 -> 491.
+#: hd128's 192 x 128 tiles in three consumer warpgroups without the overlap (O 64 + S 64 + 32 in 160 registers; a
+#: score mod's 48 do not fit), against ping-pong 128 x 128 with the overlap, kernel times alternated in one process
+#: over 2k / 4k / 8k / 16k (results/h100/fp8_tiles/ab, fwd_3wg): unmasked x1.023-1.032, causal x1.027-1.054, in both
+#: runs; 192 x 112 x0.99-1.04. Three warpgroups keep two softmaxes beside one warpgroup's GEMMs.
 MEASURED_TILES_BAND: dict[int, MeasuredTiles] = {
     64: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, True),
+    128: MeasuredTiles(PipelineKind.warp_specialized, 3, 128, 2, False),
 }
 #: Measured choice per head dim for fp8_e4m3 under band masks without a score mod (band_plain()): the GEMMs take half
 #: the clocks of bf16's while the softmax (one MUFU exp2 a score) does not shrink, so a warpgroup's softmax outlasts
