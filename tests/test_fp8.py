@@ -61,7 +61,7 @@ def test_wgmma_fp8_rejects_tiles_off_the_v_boxes_with_a_reason() -> None:
     p = plan(fp8(head_dim=128), "sm90")
     rejected = [c for c in p.candidates if not c.fits and c.tiling.block_n % 128]
     assert rejected and all("boxes of 128 keys" in c.reason for c in rejected)
-    assert {c.tiling.block_n for c in p.candidates if c.fits} == {128}
+    assert {c.tiling.block_n for c in p.candidates if c.fits} == {128, 256}   # one or two 128-key boxes
 
 
 def test_wgmma_8bit_ops_are_k_major_without_transpose_immediates() -> None:

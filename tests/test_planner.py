@@ -168,7 +168,7 @@ def test_stage_count_is_honoured_or_refused_with_the_budget() -> None:
 
 
 def test_plan_summary_has_the_promised_keys() -> None:
-    p = plan(load_spec(SPECS / "causal_bf16_hd128.yaml"), Arch.sm90)
+    p = plan(load_spec(SPECS / "bloom_alibi_bf16_hd128.yaml"), Arch.sm90)   # a score mod: hd128's ping-pong tiles
     summary = p.summary()
     for key in ("block_m", "block_n", "num_warps", "stages", "smem_bytes", "pipeline"):
         assert key in summary
@@ -378,4 +378,5 @@ def test_band_hd64_takes_its_own_measured_tiles_and_a_spill_falls_back_to_the_ge
     fallback = plan(spec(mask="causal"), Arch.sm90, exclude={band[1].tiling: "spilled"})
     assert key(fallback) == (3, 192, 128, 2, False)
     assert fallback.reason.startswith("the measured tiles of hd64 (sm90_fwd_measured.MEASURED_TILES: ")
-    assert key(plan(AttentionSpec(head_dim=128, dtype="bf16"), Arch.sm90)) == (2, 128, 128, 2, True)
+    assert key(plan(AttentionSpec(head_dim=128, dtype="bf16", score_mod={"softcap": 30.0}), Arch.sm90)) == (
+        2, 128, 128, 2, True)
