@@ -72,10 +72,9 @@ def measured_table(spec: AttentionSpec) -> str:
     """The name of the table the spec's measured configuration comes from: where band_plain(), MEASURED_TILES_FP8
     (fp8_e4m3) or MEASURED_TILES_BAND if it names the head dim, else MEASURED_TILES."""
     if band_plain(spec):
-        own = MEASURED_TILES_FP8 if spec.dtype is DType.fp8_e4m3 else MEASURED_TILES_BAND
-        for name, table in _TABLES.items():
-            if table is own and spec.head_dim in table:
-                return name
+        name = "MEASURED_TILES_FP8" if spec.dtype is DType.fp8_e4m3 else "MEASURED_TILES_BAND"
+        if spec.head_dim in _TABLES[name]:
+            return name
     return "MEASURED_TILES"
 
 

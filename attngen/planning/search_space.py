@@ -6,6 +6,7 @@ A leaf module: it imports nothing from attngen (spec.py and the planners both im
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -124,10 +125,10 @@ def all_values(field: str) -> tuple[int, ...]:
 def join_values(values: Sequence[int]) -> str:
     """(64,) -> '64'; (64, 128) -> '64 or 128'; a long even run -> '64 to 192 in steps of 16', and one value past it
     -> '64 to 192 in steps of 16, or 256'."""
-    steps = {values[i + 1] - values[i] for i in range(len(values) - 1)}
-    if len(values) > 3 and len(steps) == 1:
-        return f"{values[0]} to {values[-1]} in steps of {steps.pop()}"
-    if len(values) > 4 and len({values[i + 1] - values[i] for i in range(len(values) - 2)}) == 1:
+    steps = [b - a for a, b in itertools.pairwise(values)]
+    if len(values) > 3 and len(set(steps)) == 1:
+        return f"{values[0]} to {values[-1]} in steps of {steps[0]}"
+    if len(values) > 4 and len(set(steps[:-1])) == 1:
         return f"{join_values(values[:-1])}, or {values[-1]}"
     if len(values) == 1:
         return str(values[0])
