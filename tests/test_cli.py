@@ -226,6 +226,23 @@ def test_explain_prints_the_predicted_rate_against_the_matmul_ceiling(runner: Cl
     assert f"({tflops / 312:.2f} of sm80's vendor (not measured) matmul ceiling 312 TFLOP/s)" in sm80
 
 
+def test_explain_holds_an_fp8_plan_against_the_8bit_ceiling(runner: CliRunner, tmp_path: Path) -> None:
+    """An fp8 plan's predicted rate is a share of the generation's 8-bit ceiling (sm90: measured), not the 16-bit
+    one; where no 8-bit figure is recorded (sm120) the 16-bit one, named as such."""
+    from attngen.planning.planner import plan
+    from attngen.spec.loader import load_spec
+
+    path = tmp_path / "fp8.yaml"
+    path.write_text("name: fp8_causal\nhead_dim: 128\ndtype: fp8_e4m3\nmask: causal\n")
+    spec = load_spec(path)
+    for arch, ceiling, kind in (("sm90", 1249, "measured 8-bit"), ("sm120", 419, "vendor (not measured)")):
+        result = runner.invoke(app, ["explain", str(path), "--arch", arch])
+        assert result.exit_code == 0, result.stderr
+        cost = plan(spec, arch).cost
+        fraction = round(cost.flops / cost.predicted_us / 1e6 / ceiling, 3)
+        assert f"({fraction:.2f} of {arch}'s {kind} matmul ceiling {ceiling} TFLOP/s" in result.stdout
+
+
 def test_explain_json_has_the_predicted_rates(runner: CliRunner) -> None:
     from attngen.planning.planner import plan
     from attngen.spec.loader import load_spec

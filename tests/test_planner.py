@@ -306,6 +306,30 @@ def test_matmul_ceilings_cover_every_arch_and_say_where_they_come_from() -> None
     assert matmul_ceiling(Arch.sm90).flops_per_s < info.wgmma_flops_per_clk * info.num_sms_hint * info.clock_ghz * 1e9
 
 
+def test_8bit_matmul_ceilings_say_where_they_come_from_and_fall_back_by_name() -> None:
+    """The 8-bit ceilings: sm90's measured one agrees with the committed run (benchmarks/fp8_matmul_ceiling.py) and
+    sits between the 16-bit ceiling and twice the vendor's 16-bit wgmma rate; an arch without one falls back to its
+    16-bit ceiling and says so."""
+    import json
+    import statistics
+
+    from attngen.planning.archs import MATMUL_CEILINGS, MATMUL_CEILINGS_8BIT, matmul_ceiling
+
+    for arch, ceiling in MATMUL_CEILINGS_8BIT.items():
+        assert ceiling.arch is arch and ceiling.bits == 8 and matmul_ceiling(arch, 8) is ceiling
+        assert ceiling.source.startswith(ceiling.kind + ":") and ceiling.flops_per_s > MATMUL_CEILINGS[arch].flops_per_s
+    run = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h100" / "fp8_ceiling" / "ceilings.json"
+    rounds = json.loads(run.read_text())["tflops"]["fp8_e4m3"]
+    assert len(rounds) >= 5 and abs(statistics.median(rounds) - matmul_ceiling(Arch.sm90, 8).tflops) < 15
+    info = arch_info(Arch.sm90)
+    vendor_16bit = info.wgmma_flops_per_clk * info.num_sms_hint * info.clock_ghz * 1e9
+    assert matmul_ceiling(Arch.sm90, 8).flops_per_s < 2 * vendor_16bit
+    fallback = matmul_ceiling(Arch.sm120, 8)
+    assert fallback.bits == 16 and fallback.flops_per_s == MATMUL_CEILINGS[Arch.sm120].flops_per_s
+    assert "no 8-bit figure recorded for sm120" in fallback.source
+    assert matmul_ceiling(Arch.sm90) is MATMUL_CEILINGS[Arch.sm90]
+
+
 def test_sm90_forward_predictions_stay_under_the_measured_matmul_ceiling() -> None:
     """Every catalogue spec's sm90 forward plan predicts at most the GPU's measured matmul rate (the sm90_fwd model
     promised 803 TFLOP/s at hd128, 1.06 of it, before its recalibration on h100/model_1)."""

@@ -108,18 +108,21 @@ def arch_info(arch: Arch) -> ArchInfo:
 
 @dataclass(frozen=True, kw_only=True)
 class MatmulCeiling:
-    """The dense fp16/bf16 matmul rate of one GPU generation that a predicted throughput is held against: measured
-    where the project has measured it, else the vendor's datasheet figure (and it says so)."""
+    """The dense matmul rate of one GPU generation that a predicted throughput is held against, for 16-bit (fp16/bf16)
+    or 8-bit (e4m3) operands: measured where the project has measured it, else the vendor's datasheet figure (and it
+    says so)."""
 
     arch: Arch
     #: The part the figure is of.
     part: str
-    #: Dense fp16/bf16 FLOP/s (fp32 accumulation, no sparsity).
+    #: Dense FLOP/s of its operands (fp32 accumulation, no sparsity).
     flops_per_s: float
     #: True: timed on our GPU; False: the vendor's figure, not measured here.
     measured: bool
     #: Where the number comes from.
     source: str
+    #: Operand width: 16 (fp16/bf16) or 8 (e4m3).
+    bits: int = 16
 
     @property
     def tflops(self) -> float:
@@ -154,5 +157,30 @@ MATMUL_CEILINGS: dict[Arch, MatmulCeiling] = {
 }
 
 
-def matmul_ceiling(arch: Arch) -> MatmulCeiling:
+#: The 8-bit (e4m3) ceilings, where the generation has 8-bit tensor cores and a figure is recorded; others fall back to
+#: their 16-bit one (matmul_ceiling says so).
+MATMUL_CEILINGS_8BIT: dict[Arch, MatmulCeiling] = {
+    Arch.sm89: MatmulCeiling(arch=Arch.sm89, part="L40S", flops_per_s=733e12, measured=False, bits=8,
+                             source="vendor: L40S datasheet, fp8 dense tensor core 733 TFLOP/s; not measured here"),
+    # benchmarks/fp8_matmul_ceiling.py: torch._scaled_mm of two 8192 x 8192 e4m3 matrices (bf16 out), 7 rounds in one
+    # process (benchmarks/results/h100/fp8_ceiling/); the vendor's dense figure is 1979.
+    Arch.sm90: MatmulCeiling(arch=Arch.sm90, part="H100 SXM", flops_per_s=1249e12, measured=True, bits=8,
+                             source="measured: e4m3 8192^3 torch._scaled_mm on our H100 80GB HBM3, 1214-1349 TFLOP/s "
+                                    "in 7 rounds, median 1249 (benchmarks/results/h100/fp8_ceiling)"),
+    Arch.sm100: MatmulCeiling(arch=Arch.sm100, part="B200", flops_per_s=4500e12, measured=False, bits=8,
+                              source="vendor: B200 (HGX) datasheet, fp8 dense tensor core 4.5 PFLOP/s; not measured "
+                                     "here"),
+}
+
+
+def matmul_ceiling(arch: Arch, bits: int = 16) -> MatmulCeiling:
+    """The ceiling of `arch` for operands of `bits` bits; an 8-bit one not recorded falls back to the 16-bit one,
+    whose source then says so."""
+    if bits == 8:
+        if arch in MATMUL_CEILINGS_8BIT:
+            return MATMUL_CEILINGS_8BIT[arch]
+        wide = MATMUL_CEILINGS[arch]
+        return MatmulCeiling(arch=arch, part=wide.part, flops_per_s=wide.flops_per_s, measured=wide.measured, bits=16,
+                             source=f"{wide.kind}: no 8-bit figure recorded for {arch.value}, its 16-bit one ("
+                                    f"{wide.source})")
     return MATMUL_CEILINGS[arch]
