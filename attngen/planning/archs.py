@@ -7,7 +7,7 @@ and register_estimate, attngen/families/) compute what a plan needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..spec.model import Arch
 
@@ -180,7 +180,6 @@ def matmul_ceiling(arch: Arch, bits: int = 16) -> MatmulCeiling:
         if arch in MATMUL_CEILINGS_8BIT:
             return MATMUL_CEILINGS_8BIT[arch]
         wide = MATMUL_CEILINGS[arch]
-        return MatmulCeiling(arch=arch, part=wide.part, flops_per_s=wide.flops_per_s, measured=wide.measured, bits=16,
-                             source=f"{wide.kind}: no 8-bit figure recorded for {arch.value}, its 16-bit one ("
-                                    f"{wide.source})")
+        return replace(wide, source=f"{wide.kind}: no 8-bit figure recorded for {arch.value}, its 16-bit one "
+                                    f"({wide.source})")
     return MATMUL_CEILINGS[arch]

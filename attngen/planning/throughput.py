@@ -39,7 +39,7 @@ def rate_line(rate: dict[str, Any]) -> str:
     760 TFLOP/s; ...)': a ceiling nobody measured says so, a rate above the ceiling says the model promises too
     much."""
     kind = "measured" if rate["ceiling_kind"] == "measured" else "vendor (not measured)"
-    if rate.get("ceiling_bits") == 8:
+    if rate["ceiling_bits"] == 8:
         kind += " 8-bit"
     over = "; above the ceiling: the cost model promises more than the GPU's matmul rate" \
         if rate["ceiling_fraction"] > 1 else ""
