@@ -49,9 +49,12 @@ def _row(label: str, impl: str, call: Callable[..., Any], shape: tuple[int, ...]
         bwd = measure.time_ms(lambda: torch.autograd.grad(out, qkv, dout, retain_graph=True))
         step = measure.time_ms(lambda: torch.autograd.grad(call(*qkv), qkv, dout))
         kernels = measure.kernel_times_us(lambda: torch.autograd.grad(call(*qkv), qkv, dout), steps=5)
+        host_fwd = measure.host_us_per_call(lambda: call(*qkv), 30)
+        host_step = measure.host_us_per_call(lambda: torch.autograd.grad(call(*qkv), qkv, dout), 30)
     tf = lambda ms, mult: flops * mult / ms / 1e9  # noqa: E731
     print(f"{label:<28} {impl:<8} fwd {fwd:6.3f} ms {tf(fwd, 1):5.0f} TF | bwd {bwd:6.3f} ms {tf(bwd, 2.5):5.0f} TF"
-          f" | step {step:6.3f} ms {tf(step, 3.5):5.0f} TF", flush=True)
+          f" | step {step:6.3f} ms {tf(step, 3.5):5.0f} TF | kernels {sum(kernels.values()):7.1f} us"
+          f" | loop us/call fwd {host_fwd:7.1f} step {host_step:7.1f}", flush=True)
     for name, us in sorted(kernels.items(), key=lambda kv: -kv[1]):
         print(f"      {us:9.1f} us  {name}")
 
