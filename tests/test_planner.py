@@ -364,7 +364,7 @@ def test_the_calibrated_terms_move_no_sm90_choice(monkeypatch: pytest.MonkeyPatc
 
     specs = [load_spec(p) for p in CATALOGUE] + [AttentionSpec(head_dim=64, dtype="bf16", tiles=Tiles(block_n=96))]
     calibrated = [plan(s, Arch.sm90) for s in specs]
-    monkeypatch.setattr(fwd, "mma_flops_per_us", fwd.peak_flops_per_us)
+    monkeypatch.setattr(fwd, "mma_flops_per_us", lambda info, bits=16: fwd.peak_flops_per_us(info))
     monkeypatch.setattr(fwd, "softmax_hidden", lambda t, pingpong: fwd.HIDDEN[(pingpong, t.intra_wg_overlap)])
     monkeypatch.setattr(fwd, "BLOCK_OVERHEAD_CLK", 0)
     monkeypatch.setattr(fwd, "PARTIAL_MASK_SLOWDOWN", 1.0)

@@ -37,19 +37,22 @@ BLOCK_OVERHEAD_CLK = 4500
 PARTIAL_MASK_SLOWDOWN = 1.13
 
 
-def mma_flops_per_us(info: ArchInfo) -> float:
-    """The rate the consumers' wgmma products run at, FLOP per microsecond: the arch's measured matmul ceiling
-    (archs.MATMUL_CEILINGS; 760 TFLOP/s on the H100), not the datasheet's wgmma rate (4096 FLOP/clk x 132 SMs x
-    1.83 GHz = 989), which the tensor pipe does not hold under load (the clock drops; cuBLAS reaches 736-802). On
-    model_1's hd128 rows a 128 x 128 x 128 step ran ~3190 clocks against 2048 at the datasheet rate and ~2670 at
-    the measured one. Where no ceiling was measured, the datasheet rate."""
-    peak = peak_flops_per_us(info)
-    ceiling = matmul_ceiling(info.arch)
-    return min(peak, ceiling.flops_per_s / 1e6) if ceiling.measured else peak
+def mma_flops_per_us(info: ArchInfo, bits: int = 16) -> float:
+    """The rate the consumers' wgmma products run at for `bits`-bit operands, FLOP per microsecond: the arch's
+    measured matmul ceiling of that width (archs.matmul_ceiling; on the H100 760 TFLOP/s at 16 bits, 1249 at 8), not
+    the datasheet's wgmma rate (4096 FLOP/clk x 132 SMs x 1.83 GHz = 989 at 16 bits, twice that at 8), which the
+    tensor pipe does not hold under load (the clock drops; cuBLAS reaches 736-802). On model_1's hd128 rows a
+    128 x 128 x 128 step ran ~3190 clocks against 2048 at the datasheet rate and ~2670 at the measured one. Where no
+    ceiling of that width was measured, the datasheet rate (the 8-bit products priced at the 16-bit ceiling read the
+    H100's fp8 kernels 0.49-0.67 of their predicted time: benchmarks/results/h100/fp8_tiles/fwd_refresh/fp8)."""
+    peak = peak_flops_per_us(info) * 16 / bits
+    ceiling = matmul_ceiling(info.arch, bits)
+    return min(peak, ceiling.flops_per_s / 1e6) if ceiling.measured and ceiling.bits == bits else peak
 
 
 def peak_flops_per_us(info: ArchInfo) -> float:
-    """The datasheet's wgmma rate, FLOP per microsecond (the ranking's)."""
+    """The datasheet's 16-bit wgmma rate, FLOP per microsecond: the ranking's at every operand width (the 8-bit
+    tilings' order is the table's, sm90_fwd_measured.MEASURED_TILES_FP8, or this model's at the 16-bit rate)."""
     return info.wgmma_flops_per_clk * info.num_sms_hint * info.clock_ghz * 1e3
 
 
@@ -78,10 +81,12 @@ def exposed(t_mma: float, t_soft: float, hidden: float) -> float:
 def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: WarpSpecializedTiling, pingpong: bool) -> CostEstimate:
     """Forward time at the reference workload (one block per SM): the products and the softmax as far as the
     pipeline leaves it exposed, plus each KV step's fixed clocks, over the waves of the blocks; or the HBM and L2
-    traffic if that takes longer. rank_us, which ranks the tilings, takes the products at the datasheet rate and
-    HIDDEN; predicted_us at the measured matmul rate, with softmax_hidden, BLOCK_OVERHEAD_CLK per query block and
-    PARTIAL_MASK_SLOWDOWN (calibrated on model_1 after the tilings were chosen: they move no choice)."""
+    traffic if that takes longer. rank_us, which ranks the tilings, takes the products at the 16-bit datasheet rate
+    and HIDDEN; predicted_us at the measured matmul rate of the operands' width, with softmax_hidden,
+    BLOCK_OVERHEAD_CLK per query block and PARTIAL_MASK_SLOWDOWN (calibrated on model_1 after the tilings were
+    chosen: they move no choice)."""
     n, d, elem = REF_SEQLEN, spec.head_dim, dtype_trait(spec.dtype).size
+    bits = 8 * elem
     heads = REF_HIDDEN // d
     causal = mask_trait(spec).cost_density
     m_blocks = -(-n // tiling.block_m)
@@ -93,7 +98,7 @@ def estimate_cost(spec: AttentionSpec, info: ArchInfo, tiling: WarpSpecializedTi
     sms, clk = info.num_sms_hint, info.clock_ghz * 1e3
     tile_eff = wave_efficiency(m_blocks * heads, sms)
     t_hbm = hbm / (info.hbm_gbps * 1e3) + l2_reread / (L2_OVER_HBM * info.hbm_gbps * 1e3)
-    t_mma = flops / mma_flops_per_us(info)
+    t_mma = flops / mma_flops_per_us(info, bits)
     t_soft = SOFTMAX_COST_PER_EXP * heads * n * n * causal / (MUFU_PER_CLK * sms * clk)
     t_iter = kv_blocks * heads / sms * ITER_OVERHEAD_CLK / clk
     t_block = m_blocks * heads / sms * BLOCK_OVERHEAD_CLK / clk
