@@ -302,3 +302,55 @@ def test_decode_report_shows_graphed_times() -> None:
     assert "graphed" not in seqlens_report.decode_line(results["rows"][1])
     md = seqlens_report.decode_markdown(results)
     assert "In CUDA graphs" in md and "| 128 | 1 | 32k | 30.0 (" in md and "| cudnn | 0.67 | 1.03 |" in md
+
+
+# ---- varlen timing: the implementations in alternating rounds -------------------------------------------------------
+
+
+def test_varlen_steps_are_timed_in_turn_and_report_the_median_of_their_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round after round, each step once in turn; attngen's under the trusted-lengths context only; the median of the
+    rounds; a step that fails while timed is recorded and the others go on."""
+    from contextlib import contextmanager
+
+    from attngen.bench import measure, varlen
+
+    calls: list[tuple[str, bool]] = []
+    trusted = {"on": False}
+
+    @contextmanager
+    def fake_trusted() -> Any:
+        trusted["on"] = True
+        yield
+        trusted["on"] = False
+
+    readings = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 4.0, 6.0])}
+
+    def make(name: str) -> Any:
+        def fn() -> str:
+            if name == "bad" and sum(1 for c in calls if c[0] == "bad") == 2:
+                raise RuntimeError("launch failed")
+            return name
+        return fn
+
+    def fake_time(fn: Any) -> float:
+        name = fn()
+        calls.append((name, trusted["on"]))
+        return next(readings[name]) if name in readings else 1.0
+
+    monkeypatch.setattr(measure, "time_ms", fake_time)
+    monkeypatch.setattr(seqlens, "trusted_seqlens", fake_trusted)
+    timed = {"a": varlen.Timed(make("a"), True, 3e12), "bad": varlen.Timed(make("bad"), False, 1e12),
+             "b": varlen.Timed(make("b"), False, 8e12)}
+    out = varlen.time_rounds(timed, 3)
+    assert calls == [("a", True), ("bad", False), ("b", False), ("a", True), ("bad", False), ("b", False),
+                     ("a", True), ("b", False)]
+    assert out["a"] == {"ms": 2.0, "tflops": seqlens.tflops(3e12, 2.0), "rounds_ms": [3.0, 1.0, 2.0]}
+    assert out["b"]["ms"] == 5.0 and out["b"]["rounds_ms"] == [5.0, 4.0, 6.0]
+    assert out["bad"] == {"status": "error", "error": "RuntimeError: launch failed"}
+
+
+def test_varlen_report_says_how_the_steps_were_timed() -> None:
+    results = varlen_results()
+    assert "- Timing: each step timed once, one after the other." in seqlens_report.varlen_markdown(results)
+    results["settings"]["timing"] = "5 rounds"
+    assert "- Timing: 5 rounds." in seqlens_report.varlen_markdown(results)

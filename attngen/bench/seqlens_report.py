@@ -158,7 +158,8 @@ def varlen_markdown(results: Mapping[str, Any]) -> str:
            f"{s['heads']} heads. Forward + backward over {len(lengths)} causal documents ({s['distribution']} "
            f"{s['min_len']}..{s['max_len']}, seed {s['seed']}; {min(lengths)}..{max(lengths)} drawn, {sum(lengths)} "
            f"tokens); dense: attngen causal over the same tokens as sequences of {s['dense_seqlen']}.", "",
-           f"- FLOPs: {s['flops']}.", f"- {s['trust_seqlens']}.", f"- Checked before timing: {s['check']}.", "",
+           f"- FLOPs: {s['flops']}.", f"- Timing: {s.get('timing', 'each step timed once, one after the other')}.",
+           f"- {s['trust_seqlens']}.", f"- Checked before timing: {s['check']}.", "",
            "| hd | impl | ms | TFLOP/s | status |", "|---|---|---|---|---|"]
     for r in results["rows"]:
         for name, e in r["impls"].items():
