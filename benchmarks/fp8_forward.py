@@ -5,15 +5,19 @@ transposing V (runtime/fp8_layout), and FA3's accuracy report (RMSE against floa
 
 Shapes as time_bwd.py: batch x heads = 16384 / seqlen x 2048 / head_dim. The fp8 call includes everything a caller
 pays (V's transpose, the descale factors' packing); `kernel` subtracts the transpose (its entry point) timed alone.
-`graph` times the same calls captured in a CUDA graph (the GPU's time without the host's; short shapes are
-host-bound eagerly, the fp8 call more so: it packs the descales and launches the transpose).
+`--rounds N` times bf16, fp8 and the transpose once a round in turn, N rounds, and reports each one's median (the
+per-round call ratios go to the JSON). `graph` times the same calls captured in a CUDA graph (the GPU's time
+without the host's; short shapes are host-bound eagerly, the fp8 call more so: it packs the descales and launches
+the transpose).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+from typing import Any
 
 import torch
 
@@ -43,7 +47,7 @@ def graphed(fn: object) -> float:
         return float("nan")
 
 
-def speed(head_dim: int, seqlen: int, causal: bool) -> dict[str, float]:
+def speed(head_dim: int, seqlen: int, causal: bool, rounds: int = 1) -> dict[str, Any]:
     mask = "causal" if causal else "none"
     bf16 = attngen.compile(AttentionSpec(head_dim=head_dim, dtype="bf16", mask=mask))
     fp8 = attngen.compile(AttentionSpec(head_dim=head_dim, dtype="fp8_e4m3", mask=mask))
@@ -53,15 +57,20 @@ def speed(head_dim: int, seqlen: int, causal: bool) -> dict[str, float]:
     (q, q8, qs), (k, k8, ks), (v, v8, vs) = (quantized(shape, g) for _ in range(3))
     qb, kb, vb = (x.to(torch.bfloat16) for x in (q, k, v))
     flops = 4 * batch * heads * seqlen ** 2 * head_dim * (0.5 if causal else 1.0)
-    ms_bf16 = time_ms(lambda: bf16(qb, kb, vb))
-    ms_fp8 = time_ms(lambda: fp8(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs))
-    ms_vt = time_ms(lambda: fp8_layout.transpose_for(fp8, v8))
+    calls = {"bf16": lambda: bf16(qb, kb, vb), "fp8": lambda: fp8(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs),
+             "vt": lambda: fp8_layout.transpose_for(fp8, v8)}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):  # each call once a round, in turn: the machine's drift falls on all three alike
+        for name, call in calls.items():
+            times[name].append(time_ms(call))
+    ms_bf16, ms_fp8, ms_vt = (statistics.median(times[n]) for n in ("bf16", "fp8", "vt"))
     g_bf16 = graphed(lambda: bf16(qb, kb, vb))
     g_fp8 = graphed(lambda: fp8(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs))
     return {"head_dim": head_dim, "seqlen": seqlen, "causal": causal, "bf16_tflops": flops / ms_bf16 / 1e9,
             "bf16_graph_tflops": flops / g_bf16 / 1e9, "fp8_graph_tflops": flops / g_fp8 / 1e9,
             "fp8_tflops": flops / ms_fp8 / 1e9, "fp8_kernel_tflops": flops / (ms_fp8 - ms_vt) / 1e9,
-            "v_transpose_us": ms_vt * 1e3, "fp8_ms": ms_fp8, "bf16_ms": ms_bf16}
+            "v_transpose_us": ms_vt * 1e3, "fp8_ms": ms_fp8, "bf16_ms": ms_bf16, "rounds_ms": times,
+            "call_ratio_rounds": [b / f for b, f in zip(times["bf16"], times["fp8"], strict=True)]}
 
 
 def accuracy(head_dim: int, seqlen: int) -> dict[str, float]:
@@ -85,6 +94,7 @@ def main() -> None:
     parser.add_argument("--head-dims", default="128,256")
     parser.add_argument("--seqlens", default="2048,8192,16384")
     parser.add_argument("--json", default="")
+    parser.add_argument("--rounds", type=int, default=1, help="time bf16, fp8 and V's transpose in turn, N rounds")
     args = parser.parse_args()
     rows, acc = [], []
     for d in map(int, args.head_dims.split(",")):
@@ -95,7 +105,7 @@ def main() -> None:
               flush=True)
         for s in map(int, args.seqlens.split(",")):
             for causal in (False, True):
-                r = speed(d, s, causal)
+                r = speed(d, s, causal, args.rounds)
                 rows.append(r)
                 print(f"hd{d} s{s} {'causal' if causal else 'none'}: bf16 {r['bf16_tflops']:.0f}, fp8 call "
                       f"{r['fp8_tflops']:.0f} ({r['fp8_tflops'] / r['bf16_tflops']:.2f}x), fp8 kernel "
