@@ -150,7 +150,7 @@ def check_step(make: Callable[[], Step], inputs: list[Any], dout: Any,
     except Unavailable as exc:
         return {"status": "unavailable", "error": str(exc)}, None
     except Exception as exc:  # a peer that cannot run the step is recorded, not fatal
-        return {"status": "error", "error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}, None
+        return _error(exc), None
     worst = max(errors["out"], *(errors[g] for g in ("dq", "dk", "dv")))
     if errors["out"] >= TOLERANCE["out"] or worst >= max(TOLERANCE.values()):
         return {"status": "wrong", "errors": errors, "error": f"relative error {worst:.2e}; not timed"}, None
@@ -170,13 +170,18 @@ def time_rounds(timed: Mapping[str, Timed], rounds: int) -> dict[str, dict[str, 
                 with seqlens.trusted_seqlens() if t.trusted else contextlib.nullcontext():
                     times[name].append(measure.time_ms(t.fn))
             except Exception as exc:  # recorded on the entry, the others still timed
-                failed[name] = {"status": "error", "error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}
+                failed[name] = _error(exc)
     out: dict[str, dict[str, Any]] = dict(failed)
     for name, ms_list in times.items():
         if name not in failed:
             ms = statistics.median(ms_list)
             out[name] = {"ms": ms, "tflops": seqlens.tflops(timed[name].flops, ms), "rounds_ms": ms_list}
     return out
+
+
+def _error(exc: Exception) -> dict[str, Any]:
+    """The entry of a step that raised: its exception's type and the start of its message."""
+    return {"status": "error", "error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}
 
 
 def check(out: Any, grads: Sequence[Any], inputs: Sequence[Any], dout: Any,
