@@ -10,6 +10,8 @@ the ratio of their medians is steadier than two separate runs' (one round of a s
     python3 benchmarks/bwd_interleaved.py --forward --kinds "attngen,attngen@warp_specialized/192x128"   (named tiles,
         tile_configs.py; beside constants: attngen:<module>.<CONST>=<literal>@<tiles>)
     python3 benchmarks/bwd_interleaved.py --forward --dtype fp8_e4m3 --kinds ...   (fp8 q, k, v with descales 0.02)
+    python3 benchmarks/bwd_interleaved.py --timer span ...   (each call's first kernel start to last kernel end, where
+        its kernels overlap; the per-kernel lines still show the sums)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tile_configs import spec_fields
 
 import attngen
 from attngen.bench.backward import _impl
-from attngen.bench.measure import kernel_times_us, make_inputs
+from attngen.bench.measure import kernel_span_us, kernel_times_us, make_inputs
 from attngen.bench.model import BWD_OVER_FWD, Config
 from attngen.spec.model import AttentionSpec
 
@@ -88,21 +90,25 @@ def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, f
 
 
 def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, forward: bool,
-        deterministic: bool = False, dtype: str = "bf16") -> None:
+        deterministic: bool = False, dtype: str = "bf16", span: bool = False) -> None:
     steps = {kind: make_step(kind, i, head_dim, seqlen, causal, forward, deterministic, dtype)
              for i, kind in enumerate(kinds)}
     for step in steps.values():
         for _ in range(3):
             step()
     samples: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    spans: dict[str, list[float]] = {kind: [] for kind in kinds}
     for _ in range(reps):
         for kind, step in steps.items():   # one call each, under its own profiler
             samples[kind].append(kernel_times_us(step, 1, 60, warmup=0))
+            if span:
+                spans[kind].append(kernel_span_us(step))
     flops = Config(head_dim, seqlen, causal).flops * (1.0 if forward else BWD_OVER_FWD)
-    tag = f"hd{head_dim} s{seqlen} {'causal' if causal else 'none'}"
+    tag = f"hd{head_dim} s{seqlen} {'causal' if causal else 'none'}" + (" (span)" if span else "")
     med: dict[str, float] = {}
+    call_us = {kind: spans[kind] if span else [sum(r.values()) for r in runs] for kind, runs in samples.items()}
     for kind, runs in samples.items():
-        totals = [sum(r.values()) for r in runs]
+        totals = call_us[kind]
         med[kind] = statistics.median(totals)
         print(f"{tag} {kind}: median {med[kind]:.0f} us ({flops / med[kind] / 1e6:.0f} TFLOP/s), "
               f"min {min(totals):.0f}, max {max(totals):.0f}")
@@ -114,7 +120,7 @@ def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, f
             print(f"      {statistics.median(us):8.1f} us  {name}")
     a = kinds[0]
     for b in kinds[1:]:
-        ratios = [sum(x.values()) / sum(y.values()) for x, y in zip(samples[a], samples[b], strict=True)]
+        ratios = [x / y for x, y in zip(call_us[a], call_us[b], strict=True)]
         print(f"{tag}: {b} / {a} speed {med[a] / med[b]:.3f} (per repetition {min(ratios):.3f}-{max(ratios):.3f})")
 
 
@@ -129,12 +135,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--forward", action="store_true")
     ap.add_argument("--dtype", default="bf16", help="bf16, or fp8_e4m3 with --forward and attngen kinds only")
+    ap.add_argument("--timer", choices=("sum", "span"), default="sum",
+                    help="a call's time: its kernels' device times summed, or its first start to its last end")
     args = ap.parse_args()
     for d in map(int, args.head_dims.split(",")):
         for s in map(int, args.seqlens.split(",")):
             for mask in args.masks.split(","):
                 one(d, s, mask == "causal", args.kinds.split(","), args.reps, args.forward, args.deterministic,
-                    args.dtype)
+                    args.dtype, args.timer == "span")
 
 
 if __name__ == "__main__":

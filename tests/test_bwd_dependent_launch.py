@@ -27,7 +27,9 @@ def _kernels(spec: AttentionSpec) -> dict[str, list[str]]:
 def test_each_kernel_waits_and_the_producer_waits_after_its_first_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """The preprocess waits before its loads and lets the dK/dV kernel start; the dK/dV kernel's producer issues K, V
     and the first Q and dO tiles (UTMALDG), then waits, then copies the row values (UBLKCP: the preprocess's D and
-    LSE); dq_convert waits before it reads. With the switch off no kernel has either instruction."""
+    LSE); dq_convert waits before it reads. With the switch off no kernel has either instruction. (dq_convert's own
+    overlap, which waits per (entry, KV head) instead, is off here: test_bwd_dq_overlap.py.)"""
+    monkeypatch.setattr(sm90_bwd, "DQ_OVERLAP", False)
     monkeypatch.setattr(sm90_bwd, "DEPENDENT_LAUNCH", True)
     kernels = _kernels(SPEC)
     assert set(kernels) == {"preprocess", "dkdv_wgmma", "dq_convert"}
@@ -74,6 +76,7 @@ def test_the_ready_backward_launches_its_three_kernels_as_the_plan_says(dependen
     monkeypatch.setattr(PreparedLaunch, "__call__", record)
     monkeypatch.setattr(tma, "tensor_map", lambda key: bytes(128))
     monkeypatch.setattr(sm90_bwd, "DEPENDENT_LAUNCH", dependent)
+    monkeypatch.setattr(sm90_bwd, "DQ_OVERLAP", False)
     plan = plan_bwd(SPEC, Arch.sm90)
 
     def t() -> Any:

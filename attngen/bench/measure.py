@@ -148,6 +148,23 @@ def kernel_times_us(fn: Callable[[], Any], steps: int, name_chars: int = 70, war
     return dict(totals)
 
 
+def kernel_span_us(fn: Callable[[], Any]) -> float:
+    """Device microseconds from the start of the first kernel one call of fn() launches to the end of its last
+    (torch.profiler's CUDA activity): what kernel_times_us's sum overstates where a call's kernels overlap (a
+    programmatic dependent that starts under its predecessor's last wave)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    spans = [e.time_range for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not spans:
+        raise RuntimeError("kernel_span_us: the call launched no kernel the profiler saw")
+    return max(s.end for s in spans) - min(s.start for s in spans)
+
+
 def _events_median_ms(fn: Callable[[], Any]) -> float:
     import torch
 

@@ -172,6 +172,9 @@ BWD_PARAMS: tuple[Field, ...] = (
     # An ordered dQ (the deterministic Hopper backward): one int semaphore per query tile of the padded row
     # buffers, zeroed; null elsewhere.
     Field("dq_sem", "int*", _PTR),
+    # The Hopper backward's dq_convert under the dK/dV kernel's last wave: per (entry, KV head) the dK/dV blocks whose
+    # dQ reductions are performed, zeroed by the preprocess; null elsewhere.
+    Field("dkdv_done", "int*", _PTR),
     # An ordered dQ: how many chains (entry, KV head) the dK/dV grid interleaves in dispatch order, a power of two
     # dividing kv_heads x entries (families/sm90_dq_tiles.py dq_chains); 1 (or unset) elsewhere.
     Field("dq_chains", "int", _I32),

@@ -380,7 +380,8 @@ class Sm80Backward(BackwardFamily):
         atomic = plan.dq_atomic
         return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": fields,
                 "params_layout": layout(fields), "swizzle_chunks": chunks,
-                "pad_rows": plan.dkdv.block_m if atomic else 0, "zero_dq_accum": atomic, "dependent_launch": False,
+                "pad_rows": plan.dkdv.block_m if atomic else 0, "zero_dq_accum": atomic, "zero_dkdv_done": False,
+                "dependent_launch": False,
                 "convert_threads": DQ_CONVERT_THREADS, "convert_rows": convert_rows(plan.dkdv.block_m)}
 
     def prepare(self, plan: BwdPlan, function: LoadFunction, call: Any) -> ReadySm80Backward:

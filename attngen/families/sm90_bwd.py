@@ -139,6 +139,11 @@ DQ_RED = True
 DQ_BULK = True
 #: Whether masked specs take the tile-ordered accumulator too (dq_red_serves); a module constant for the A/B.
 DQ_RED_MASKED = True
+#: dq_convert overlapping the dK/dV kernel's last wave (HopperBwdTiling.dq_overlap), where dQ is staged for producer
+#: warp 1's bulk reductions. Why: dq_convert reads the fp32 accumulator and writes dQ at copy bandwidth after the dK/dV
+#: grid, 137 us of a 32k-token x 16-head step at hd128 (results/h100/seqlens/bench_7), while the grid's last wave
+#: leaves SMs idle. A module constant for the device A/B.
+DQ_OVERLAP = True
 
 
 def tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
@@ -184,7 +189,8 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
-                           dq_bulk=bulk, ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
+                           dq_bulk=bulk, dq_overlap=bulk and DQ_OVERLAP and info.programmatic_launch,
+                           ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
                            exps_before_dp=0 if words else EXPS_BEFORE_DP.get(bm, 0))
@@ -259,7 +265,8 @@ def block_m(spec: AttentionSpec, bulk: bool) -> int:
 def dq_line(t: HopperBwdTiling) -> str:
     """How the 64-KV-row consumers add dQ, for plan_line and explain."""
     if t.dq_bulk:
-        return "dQ staged in fragment order, by bulk reductions into a tile-ordered accumulator"
+        return ("dQ staged in fragment order, by bulk reductions into a tile-ordered accumulator"
+                + (", converted under the last wave as each (entry, KV head) completes" if t.dq_overlap else ""))
     if t.dq_red:
         return f"dQ by {TILED_DQ_PATH}"
     return "dQ by TMA bulk reductions" + (", ordered by a semaphore per query tile (deterministic)"
@@ -398,7 +405,8 @@ class Sm90Backward(BackwardFamily):
                    "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
-                "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "dependent_launch": plan.dependent_launch,
+                "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "zero_dkdv_done": hb.dq_overlap,
+                "dependent_launch": plan.dependent_launch,
                 "tail_order": plan.tail_waves > 0}
 
     def prepare(self, plan: HopperBwdPlan, function: LoadFunction, call: Any) -> Any:

@@ -99,8 +99,9 @@ def prepare(plan: HopperBwdPlan, function: LoadFunction, call: rt.BwdCall) -> Re
             hopper = ParamTemplate(hopper.make(lambda p: setattr(p, "tail_chains", tail)))
     if h.dq_red and seqs.seqlen_q:
         # One block per (query tile, head, entry) of the tile-ordered accumulator: dQ scaled, in the input dtype.
+        # With dq_overlap its blocks start under the dK/dV kernel's last wave and wait for their (entry, KV head).
         convert = PreparedLaunch(function(plan.entry_names[2], 0), seqs.grid(h.block_m), DQ_CONVERT_THREADS,
-                                 dependent=plan.dependent_launch)
+                                 dependent=plan.dependent_launch or h.dq_overlap)
     return ReadyHopperBackward(
         plan=plan, copies=copies, pre=rt.param_template(with_variant(BWD_PARAMS, fields), b, call),
         hopper=hopper, maps=maps,
@@ -116,4 +117,5 @@ def _buffers(plan: HopperBwdPlan, call: rt.BwdCall) -> rt.Buffers:
     zeroes."""
     h = plan.dkdv_wgmma
     return rt.buffers(call.q, call.k, call.v, accumulate=True, entries=call.seqs.batch, pad_rows=h.block_m,
-                      dlse=call.dlse, semaphores=h.ordered_dq, tiled_dq=h.dq_red, zeroed=not h.dq_red)
+                      dlse=call.dlse, semaphores=h.ordered_dq, tiled_dq=h.dq_red, zeroed=not h.dq_red,
+                      done_counters=h.dq_overlap)

@@ -306,6 +306,11 @@ class HopperBwdTiling(_Frozen):
     #: With kv_halves: one warpgroup's columns (sm90_bwd_halves.STAGED_WG) staged so and added by one bulk reduction
     #: its own thread issues; the other warpgroup adds from registers.
     dq_bulk: bool = False
+    #: With dq_bulk on the 64-KV-row consumers: dq_convert overlaps the dK/dV kernel's last wave. It is launched as a
+    #: programmatic dependent, which the dK/dV blocks release as they start, and each of its blocks waits for its own
+    #: (entry, KV head): a counter the preprocess zeroes and each dK/dV block adds one to once its dQ reductions are
+    #: performed. Else it waits for the whole grid (or runs after it).
+    dq_overlap: bool = False
     #: With dq_before_dk and dV/dK fed from registers: dK's product reads dS^T from shared memory (stored there for
     #: dQ's) instead of its packed register copy, which then dies once stored (registers for dQ's accumulator).
     dk_from_smem: bool = False

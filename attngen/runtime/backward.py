@@ -152,6 +152,9 @@ class Buffers:
     dlse: Any = None
     #: An ordered dQ's semaphores: (heads, rows_stride / pad_rows) int32 zeros, one per padded query tile.
     dq_sem: Any = None
+    #: (entries, kv_heads) int32 the preprocess zeroes, for a dq_convert that overlaps the dK/dV kernel: each dK/dV
+    #: block adds one once its dQ reductions are performed.
+    dkdv_done: Any = None
 
 
 def padded_rows(flat_rows: int, entries: int, tile: int) -> int:
@@ -162,14 +165,14 @@ def padded_rows(flat_rows: int, entries: int, tile: int) -> int:
 
 def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool, *, entries: int = 0,
             pad_rows: int = 0, dlse: torch.Tensor | None = None, semaphores: bool = False,
-            tiled_dq: bool = False, zeroed: bool = True) -> Buffers:
+            tiled_dq: bool = False, zeroed: bool = True, done_counters: bool = False) -> Buffers:
     """The gradient buffers of one call: `entries` the batch's entries (packed or dense), `pad_rows` the query
     tile of a family that wants its row values padded per entry (0: flash_attn's LSE layout), `semaphores` one
     zeroed int32 per padded query tile for an ordered dQ (needs pad_rows), `tiled_dq` the fp32 dQ accumulator
     tile-ordered, (heads, rows_stride, head_dim) with the entries' query tiles where the row buffers have them, each
     tile's values in the family's order (families/sm90_dq_tiles.py; needs pad_rows), instead of (batch, seqlen_q, heads,
     head_dim). `zeroed` False: a tile-ordered accumulator is left unwritten (the family's preprocess zeroes every row
-    its kernels read)."""
+    its kernels read). `done_counters`: one int32 per (entry, KV head), left for the preprocess to zero."""
     import torch
 
     batch, seqlen_q, heads, _ = q.shape
@@ -197,11 +200,12 @@ def buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, accumulate: bool,
     if semaphores and not pad_rows:
         raise ValueError("an ordered dQ's semaphores are per padded query tile: pass pad_rows")
     dq_sem = torch.zeros((heads, stride // pad_rows), dtype=torch.int32, device=q.device) if semaphores else None
+    done = torch.empty((entries or batch, k.shape[2]), dtype=torch.int32, device=q.device) if done_counters else None
     return Buffers(delta=delta, dq=torch.empty_like(q, memory_format=torch.contiguous_format),
                    dk=torch.empty_like(k, memory_format=torch.contiguous_format),
                    dv=torch.empty_like(v, memory_format=torch.contiguous_format), dq_accum=dq_accum,
                    accumulate=accumulate, lse_log2=lse_log2, pad_rows=pad_rows, rows_stride=stride, dlse=dlse,
-                   dq_sem=dq_sem)
+                   dq_sem=dq_sem, dkdv_done=done)
 
 
 @cache
@@ -268,6 +272,7 @@ def call_fields(params: Any, b: Buffers, call: BwdCall, order: bool = True) -> N
     params.dq, params.dk, params.dv = b.dq.data_ptr(), b.dk.data_ptr(), b.dv.data_ptr()
     params.dq_accum = b.dq_accum.data_ptr()
     params.dq_sem = b.dq_sem.data_ptr() if b.dq_sem is not None else 0
+    params.dkdv_done = b.dkdv_done.data_ptr() if b.dkdv_done is not None else 0
     params.scale_log2 = call.softmax_scale * math.log2(math.e)
     params.softmax_scale = call.softmax_scale
     call.seqs.fill(params, order=order)

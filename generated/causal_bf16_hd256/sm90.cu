@@ -253,7 +253,7 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // Orders this thread's global-memory accesses through the generic proxy with those through the async proxy (TMA).
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
-// ---- Semaphores in global memory (an ordered dQ) ----
+// ---- Semaphores and counters in global memory (an ordered dQ, dq_convert's wait for the dK/dV blocks) ----
 __device__ __forceinline__ int ld_acquire(const int* addr) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
@@ -270,6 +270,15 @@ __device__ __forceinline__ void sem_wait_eq(const int* sem, int value) {
   for (long long polls = 0; ld_acquire(sem) != value; ++polls) {
     if (polls > (1ll << 26)) __trap();
     __nanosleep(64);
+  }
+}
+
+// Spins until *counter reads at least `value`, pausing between polls (a waiting dq_convert block polls L2, not the
+// SM's issue slots); traps after ~2^26 polls (about a minute), as sem_wait_eq.
+__device__ __forceinline__ void sem_wait_ge(const int* counter, int value) {
+  for (long long polls = 0; ld_acquire(counter) < value; ++polls) {
+    if (polls > (1ll << 26)) __trap();
+    __nanosleep(256);
   }
 }
 
