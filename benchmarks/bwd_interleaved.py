@@ -10,8 +10,9 @@ the ratio of their medians is steadier than two separate runs' (one round of a s
     python3 benchmarks/bwd_interleaved.py --forward --kinds "attngen,attngen@warp_specialized/192x128"   (named tiles,
         tile_configs.py; beside constants: attngen:<module>.<CONST>=<literal>@<tiles>)
     python3 benchmarks/bwd_interleaved.py --forward --dtype fp8_e4m3 --kinds ...   (fp8 q, k, v with descales 0.02)
-    python3 benchmarks/bwd_interleaved.py --timer span ...   (each call's first kernel start to last kernel end, where
-        its kernels overlap; the per-kernel lines still show the sums)
+    python3 benchmarks/bwd_interleaved.py --timer events ...   (CUDA events around --calls calls back to back, the
+        host ahead of the GPU: where a call's kernels overlap; span: the first kernel's start to the last one's end of
+        one call under the profiler, host gaps included; the per-kernel lines show the sums either way)
 """
 
 from __future__ import annotations
@@ -89,24 +90,39 @@ def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, f
     return step  # type: ignore[return-value]
 
 
+def events_us(step: Callable[[], None], calls: int) -> float:
+    """Microseconds per call of `calls` calls queued back to back between two CUDA events."""
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        step()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
 def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, forward: bool,
-        deterministic: bool = False, dtype: str = "bf16", span: bool = False) -> None:
+        deterministic: bool = False, dtype: str = "bf16", timer: str = "sum", calls: int = 10) -> None:
     steps = {kind: make_step(kind, i, head_dim, seqlen, causal, forward, deterministic, dtype)
              for i, kind in enumerate(kinds)}
     for step in steps.values():
         for _ in range(3):
             step()
     samples: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
-    spans: dict[str, list[float]] = {kind: [] for kind in kinds}
+    spans: dict[str, list[float]] = {kind: [] for kind in kinds}   # the call times of --timer span or events
     for _ in range(reps):
         for kind, step in steps.items():   # one call each, under its own profiler
             samples[kind].append(kernel_times_us(step, 1, 60, warmup=0))
-            if span:
+            if timer == "span":
                 spans[kind].append(kernel_span_us(step))
+            elif timer == "events":
+                spans[kind].append(events_us(step, calls))
     flops = Config(head_dim, seqlen, causal).flops * (1.0 if forward else BWD_OVER_FWD)
-    tag = f"hd{head_dim} s{seqlen} {'causal' if causal else 'none'}" + (" (span)" if span else "")
+    tag = f"hd{head_dim} s{seqlen} {'causal' if causal else 'none'}" + (f" ({timer})" if timer != "sum" else "")
     med: dict[str, float] = {}
-    call_us = {kind: spans[kind] if span else [sum(r.values()) for r in runs] for kind, runs in samples.items()}
+    call_us = {kind: spans[kind] if timer != "sum" else [sum(r.values()) for r in runs]
+               for kind, runs in samples.items()}
     for kind, runs in samples.items():
         totals = call_us[kind]
         med[kind] = statistics.median(totals)
@@ -135,14 +151,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--forward", action="store_true")
     ap.add_argument("--dtype", default="bf16", help="bf16, or fp8_e4m3 with --forward and attngen kinds only")
-    ap.add_argument("--timer", choices=("sum", "span"), default="sum",
-                    help="a call's time: its kernels' device times summed, or its first start to its last end")
+    ap.add_argument("--timer", choices=("sum", "span", "events"), default="sum",
+                    help="a call's time: its kernels' device times summed, its first start to its last end, or CUDA "
+                         "events around --calls calls back to back")
+    ap.add_argument("--calls", type=int, default=10, help="calls between the events of --timer events")
     args = ap.parse_args()
     for d in map(int, args.head_dims.split(",")):
         for s in map(int, args.seqlens.split(",")):
             for mask in args.masks.split(","):
                 one(d, s, mask == "causal", args.kinds.split(","), args.reps, args.forward, args.deterministic,
-                    args.dtype, args.timer == "span")
+                    args.dtype, args.timer, args.calls)
 
 
 if __name__ == "__main__":
