@@ -111,3 +111,12 @@ def test_the_ready_backward_launches_dq_convert_as_a_dependent(monkeypatch: pyte
     assert [(name, dependent) for name, dependent, _ in seen] == [
         ("preprocess", False), ("dkdv_wgmma", False), ("dq_convert", True)]
     assert {counters for _, _, counters in seen} == {done.data_ptr()}
+
+
+def test_with_dependent_launches_the_blocks_release_dq_convert_after_waiting_for_the_preprocess(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both switches: the dK/dV kernel itself starts under the preprocess, which zeroes the counters dq_convert polls,
+    so no block releases dq_convert (PREEXIT) before its wait for the preprocess (ACQBULK)."""
+    monkeypatch.setattr(sm90_bwd, "DEPENDENT_LAUNCH", True)
+    dkdv = _opcodes(_spec())["dkdv_wgmma"]
+    assert TRIGGER in dkdv and dkdv.index(WAIT) < dkdv.index(TRIGGER)
