@@ -110,18 +110,18 @@ def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, f
         for _ in range(3):
             step()
     samples: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
-    spans: dict[str, list[float]] = {kind: [] for kind in kinds}   # the call times of --timer span or events
+    timed: dict[str, list[float]] = {kind: [] for kind in kinds}   # the call times of --timer span or events
     for _ in range(reps):
         for kind, step in steps.items():   # one call each, under its own profiler
             samples[kind].append(kernel_times_us(step, 1, 60, warmup=0))
             if timer == "span":
-                spans[kind].append(kernel_span_us(step))
+                timed[kind].append(kernel_span_us(step))
             elif timer == "events":
-                spans[kind].append(events_us(step, calls))
+                timed[kind].append(events_us(step, calls))
     flops = Config(head_dim, seqlen, causal).flops * (1.0 if forward else BWD_OVER_FWD)
     tag = f"hd{head_dim} s{seqlen} {'causal' if causal else 'none'}" + (f" ({timer})" if timer != "sum" else "")
     med: dict[str, float] = {}
-    call_us = {kind: spans[kind] if timer != "sum" else [sum(r.values()) for r in runs]
+    call_us = {kind: timed[kind] if timer != "sum" else [sum(r.values()) for r in runs]
                for kind, runs in samples.items()}
     for kind, runs in samples.items():
         totals = call_us[kind]

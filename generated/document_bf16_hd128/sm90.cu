@@ -264,23 +264,24 @@ __device__ __forceinline__ void red_release_add(int* addr, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" :: "l"(addr), "r"(v) : "memory");
 }
 
-// Spins until *sem reads `value`. A wait of more than ~2^26 polls (seconds) traps instead of hanging: the blocks a
-// semaphore waits for are lower in dispatch order, so a wait that long is a bug (ranks and walks that disagree).
-__device__ __forceinline__ void sem_wait_eq(const int* sem, int value) {
-  for (long long polls = 0; ld_acquire(sem) != value; ++polls) {
+// Spins until *sem reads `value` (kAtLeast: at least `value`), pausing kPauseNs between polls. A wait of more than
+// ~2^26 polls (seconds to a minute) traps instead of hanging: an ordered dQ's semaphore waits for blocks lower in
+// dispatch order, dq_convert's counter for blocks already resident, so a wait that long is a bug (ranks and walks that
+// disagree).
+template <bool kAtLeast, int kPauseNs>
+__device__ __forceinline__ void sem_wait(const int* sem, int value) {
+  for (long long polls = 0;; ++polls) {
+    const int v = ld_acquire(sem);
+    if (kAtLeast ? v >= value : v == value) return;
     if (polls > (1ll << 26)) __trap();
-    __nanosleep(64);
+    __nanosleep(kPauseNs);
   }
 }
 
-// Spins until *counter reads at least `value`, pausing between polls (a waiting dq_convert block polls L2, not the
-// SM's issue slots); traps after ~2^26 polls (about a minute), as sem_wait_eq.
-__device__ __forceinline__ void sem_wait_ge(const int* counter, int value) {
-  for (long long polls = 0; ld_acquire(counter) < value; ++polls) {
-    if (polls > (1ll << 26)) __trap();
-    __nanosleep(256);
-  }
-}
+__device__ __forceinline__ void sem_wait_eq(const int* sem, int value) { sem_wait<false, 64>(sem, value); }
+
+// dq_convert's wait for its counter: a longer pause (a waiting block polls L2, not the SM's issue slots).
+__device__ __forceinline__ void sem_wait_ge(const int* counter, int value) { sem_wait<true, 256>(counter, value); }
 
 // ---- Register reallocation between warpgroups (every thread of the warpgroup executes it) ----
 template <int N>
