@@ -31,6 +31,8 @@ _LAZY = {
     "PlanError": "attngen.errors",
     "CompileError": "attngen.errors",
     "LaunchError": "attngen.errors",
+    "DeviceCheckError": "attngen.errors",
+    "check_device_errors": "attngen.runtime.device_checks",
     "flash_attn_func": "attngen.compat.flash_attn",
     "flash_attn_varlen_func": "attngen.compat.flash_attn",
     "flash_attn_with_kvcache": "attngen.compat.flash_attn",

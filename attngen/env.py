@@ -2,7 +2,11 @@
 
 ATTNGEN_CACHE_DIR   where compiled kernels are cached (default: $XDG_CACHE_HOME/attngen or ~/.cache/attngen)
 ATTNGEN_POISON      "1" fills op outputs with NaN before each launch (tests: unwritten outputs show)
-ATTNGEN_TRUST_SEQLENS  "1" skips the host-side check of packed (varlen) and KV-cache lengths (no sync per call)
+ATTNGEN_TRUST_SEQLENS  "1" skips the host-side check of packed (varlen) lengths and of the lengths of KV-cache
+                    calls that run the forward kernels or append keys (no sync per call)
+ATTNGEN_HOST_CHECKS "1" makes KV-cache decode calls check their lengths and block table on the host too (a sync
+                    per call, an error at the call itself); by default their kernels check them
+                    (runtime.device_checks)
 ATTNGEN_TEMPLATES   render from this folder of templates instead of the shipped one (A/B runs of a template
                     change); its files enter every cache key through the generator hash
 """
@@ -31,6 +35,11 @@ def key_environment() -> dict[str, str]:
 
 def poison_outputs() -> bool:
     return os.environ.get("ATTNGEN_POISON", "") == "1"
+
+
+def host_checks() -> bool:
+    """Whether KV-cache decode calls also check their lengths and table on the host (ATTNGEN_HOST_CHECKS=1)."""
+    return os.environ.get("ATTNGEN_HOST_CHECKS", "") == "1"
 
 
 def templates_override() -> Path | None:

@@ -56,6 +56,11 @@ class LaunchError(AttngenError):
     """The CUDA driver refused to load or launch a kernel."""
 
 
+class DeviceCheckError(AttngenError, ValueError):
+    """An earlier call's kernels found a value the host did not read (a KV cache's lengths or block table) out of
+    range: its outputs were NaN (runtime.device_checks)."""
+
+
 class OutputError(AttngenError):
     """The output folder of a build cannot be used (an empty name, a file, not writable)."""
 

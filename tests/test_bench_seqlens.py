@@ -160,7 +160,7 @@ def decode_results() -> dict[str, Any]:
              "ratios": seqlens.decode_ratios({n: e.get("ms") for n, e in impls.items()}, options.peers)}
             for b in options.batches]
     settings = {"heads": 32, "kv_heads": 8, "seqlen_q": 1, "page_size": 256, "dtype": "bf16",
-                "trust_seqlens": seqlens.TRUST_NOTE, "gqa": seqlens.GQA_NOTE, "mask": seqlens.MASK_NOTE,
+                "checks": seqlens.DECODE_CHECK_NOTE, "gqa": seqlens.GQA_NOTE, "mask": seqlens.MASK_NOTE,
                 "check": "float32 attention of batch element 0"}
     return {"suite": "decode", "environment": ENV, "copy": {"copy_gbps": 3000.0}, "settings": settings,
             "rows": rows, "skipped": [{"head_dim": 128, "batch": 64, "cache": 131072, "reason": "needs 160.0 GiB"}]}
@@ -185,7 +185,7 @@ def test_decode_report() -> None:
     results = decode_results()
     md = seqlens_report.decode_markdown(results)
     assert "# attngen bench --decode: NVIDIA H100 80GB HBM3" in md and "3000 GB/s" in md
-    assert "ATTNGEN_TRUST_SEQLENS=1" in md and "repeated" in md
+    assert "check the lengths and the block table themselves" in md and "repeated" in md
     assert "| 128 | 1 | 32k | 0.200 ms, 671 GB/s (0.22) |" in md
     assert "0.400 ms, 336 GB/s (0.11) (rep)" in md
     assert "| cudnn | 1.25 | 1.50 |" in md

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attngen.planning.planner_decode import DecodeShape, plan_decode  # noqa: E402
-from attngen.runtime import decode, kvcache  # noqa: E402
+from attngen.runtime import decode, device_checks, kvcache  # noqa: E402
 from attngen.runtime.driver import LoadedFunction  # noqa: E402
 from attngen.spec.model import Arch, AttentionSpec  # noqa: E402
 
@@ -39,6 +39,11 @@ def _fields(struct: type[ctypes.Structure], raw: bytes) -> dict[str, object]:
     return {name: getattr(p, name) for name, *_ in struct._fields_ if name != "tail_pad"}
 
 
+#: The device checks' counters as a test's launches see them (runtime.device_checks).
+_WORDS = (ctypes.c_uint32 * 2)()
+CHECKS = device_checks.Counters(host=ctypes.addressof(_WORDS), device=0x7F00)
+
+
 @pytest.fixture
 def ready_env(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     """DecodeKernels without a GPU: sm90, 132 SMs, entry points that are names, launches recorded."""
@@ -48,6 +53,7 @@ def ready_env(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     monkeypatch.setattr(decode.DecodeKernels, "_function",
                         lambda self, index, arch, entry, smem: LoadedFunction(entry, None, 4096, smem))
     monkeypatch.setattr(decode, "stream_handle", lambda index: 77)
+    monkeypatch.setattr(decode.device_checks, "counters", lambda index: CHECKS)
 
     def record(self: decode.PreparedLaunch, stream: int, params: ctypes.Structure) -> None:
         launched.append((self.fn.name, self.grid, self.threads, stream, bytes(params), self.dependent))
@@ -74,6 +80,8 @@ def test_ready_keeps_the_shape_fields_and_a_run_adds_the_pointers(ready_env: lis
         "q_head_stride": 128,
         "k_batch_stride": 4096, "k_row_stride": 128, "o_batch_stride": 2048, "o_row_stride": 1024,
         "o_head_stride": 64, "lse_batch_stride": 32, "lse_head_stride": 2}
+    # The pool's 40 blocks (an entry at or past them is refused on the device) and where the kernels count that.
+    assert (kept["num_blocks"], kept["check_counts"]) == (40, 0x7F00)
     assert not any(kept[k] for k in ("q", "o", "block_table", "o_part"))   # pointers come per run (0 is None)
 
     monkeypatch.setenv("ATTNGEN_POISON", "1")
@@ -108,7 +116,8 @@ def test_one_split_launches_the_split_kernel_alone(ready_env: list[tuple[object,
     ready.run(q, k, k, torch.tensor([3, 64], dtype=torch.int32), None, 1.0, kernels.args(q, [], []))
     assert len(ready_env) == 1
     sent = _fields(ready.struct, ready_env[0][4])  # type: ignore[arg-type]
-    assert not any(sent[k] for k in ("o_part", "lse_part", "block_table", "page_size", "page_magic"))
+    assert not any(sent[k] for k in ("o_part", "lse_part", "block_table", "page_size", "page_magic", "num_blocks"))
+    assert sent["check_counts"] == 0x7F00
 
 
 def _call(q: object, k: object, used: object, table: object = None, options: tuple[object, ...] = (None, None, 0)) \

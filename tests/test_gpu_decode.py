@@ -137,7 +137,8 @@ def test_decode_arguments_name_the_problem() -> None:
 def test_repeated_shapes_run_the_remembered_call_and_stay_checked(page: int) -> None:
     """A decode loop's later calls of one shape skip the shape checks (runtime.kvcache remembers the first):
     fresh caches, queries and lengths still give the reference's results, lengths or table entries out of range
-    still raise, and a misaligned view of the same shape is copied, not read in place."""
+    still raise (on the host under ATTNGEN_HOST_CHECKS=1; tests/test_gpu_decode_checks.py has the kernels'
+    own checks), and a misaligned view of the same shape is copied, not read in place."""
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     kernel = _kernel(spec)
     gen = torch.Generator(device="cuda").manual_seed(1000 + page)
@@ -151,11 +152,13 @@ def test_repeated_shapes_run_the_remembered_call_and_stay_checked(page: int) -> 
         out, lse = kernel.with_kvcache(q, k_in, v_in, cache_seqlens=used, block_table=table, return_lse=True)
         _check(spec, q, kc, vc, used, out, lse, {})
         assert len(kernel.decode_calls) == remembered + 1, f"step {step}: one remembered call for one shape"
-    with pytest.raises(ValueError, match="cache_seqlens"):
-        kernel.with_kvcache(q, k_in, v_in, cache_seqlens=used + capacity, block_table=table)
-    if table is not None:
-        with pytest.raises(ValueError, match="block_table's entries must index"):
-            kernel.with_kvcache(q, k_in, v_in, cache_seqlens=used, block_table=table + k_in.shape[0])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("ATTNGEN_HOST_CHECKS", "1")
+        with pytest.raises(ValueError, match="cache_seqlens"):
+            kernel.with_kvcache(q, k_in, v_in, cache_seqlens=used + capacity, block_table=table)
+        if table is not None:
+            with pytest.raises(ValueError, match="block_table's entries must index"):
+                kernel.with_kvcache(q, k_in, v_in, cache_seqlens=used, block_table=table + k_in.shape[0])
     # The same shape and strides 8 bytes off a 16-byte boundary.
     storage = torch.empty(q.numel() + 4, device="cuda", dtype=q.dtype)
     shifted = storage.as_strided(q.shape, q.stride(), storage_offset=4).copy_(q)

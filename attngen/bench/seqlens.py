@@ -33,6 +33,8 @@ FWDBWD = 3.5
 TRUST_SEQLENS = "ATTNGEN_TRUST_SEQLENS"
 TRUST_NOTE = (f"{TRUST_SEQLENS}=1 for the timed attngen calls (no host check of the lengths, no sync per call); "
               "the checked calls before them ran with the check")
+DECODE_CHECK_NOTE = ("attngen's decode calls run with its defaults: the decode kernels check the lengths and the "
+                     "block table themselves (no host check, no sync per call)")
 GQA_NOTE = ("torch SDPA's FLASH_ATTENTION (FlashAttention-2) and CUDNN_ATTENTION read K/V repeated to the query "
             "heads where the backend takes no GQA (reads_repeated_kv: true); GB/s counts the cache's own K+V bytes "
             "for every implementation")

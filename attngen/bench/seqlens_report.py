@@ -55,7 +55,7 @@ def decode_markdown(results: Mapping[str, Any]) -> str:
            f"{env.get('date', '')}; torch {env.get('torch')}, attngen {env.get('attngen')}; {s['dtype']}, "
            f"{s['heads']} query heads over {s['kv_heads']} KV heads, seqlen_q {s['seqlen_q']}, page {s['page_size']}. "
            f"Device-to-device copy: {results['copy']['copy_gbps']:.0f} GB/s (read + write).", "",
-           f"- {s['trust_seqlens']}.", f"- {s['gqa']}.", f"- {s['mask']}.",
+           f"- {s.get('checks') or s['trust_seqlens']}.", f"- {s['gqa']}.", f"- {s['mask']}.",
            f"- Checked before timing: {s['check']}.", "",
            "ms, and GB/s of the cache's K+V bytes (fraction of the copy bandwidth). Ratios: best peer ms / attngen "
            "ms (> 1: attngen faster), paged / contiguous ms.", "",

@@ -121,6 +121,10 @@ DECODE_PARAMS: tuple[Field, ...] = (
     Field("page_shift", "int", _I32),
     Field("num_splits", "int", _I32),
     Field("batch", "int", _I32),
+    # The paged pool's blocks (a table entry at or past it is refused on the device), and the device-checks'
+    # counters in mapped host memory (runtime.device_checks): bad lengths, bad table entries.
+    Field("num_blocks", "int", _I32),
+    Field("check_counts", "unsigned*", _PTR),
 )
 
 #: cuTensorMapEncodeTiled's opaque 128-byte CUtensorMap (64-byte aligned in the kernel's struct).

@@ -20,6 +20,7 @@ from .. import env
 from ..codegen.abi import DECODE_PARAMS, set_strides, struct_of, with_variant
 from ..planning.planner_decode import DecodeShape, decode_family
 from ..spec.model import AttentionSpec
+from . import device_checks
 from .backward import LazyKernels
 from .device import current_arch, sm_count, stream_handle
 from .driver import PreparedLaunch
@@ -127,6 +128,8 @@ class DecodeKernels(LazyKernels):
         if table is not None:
             p.table_stride = table.stride(0)
             p.page_magic, p.page_shift = page_divisor(page)
+            p.num_blocks = k.shape[0]
+        p.check_counts = device_checks.counters(device).device
         launches = tuple(PreparedLaunch(self._function(device, arch, step.entry, step.smem_bytes), step.grid,
                                         step.threads, step.dependent) for step in family.steps(plan, shape))
         return ReadyDecode(device=q.device, shape=shape, head_dim=d, struct=struct,

@@ -10,8 +10,12 @@ gathered first).
 
 A decode loop repeats its shapes, so an eager decode call is remembered by the metadata of its tensors (shapes,
 strides, dtypes, devices) and options: a call that matches one already checked and prepared skips straight to
-its ReadyDecode (runtime.decode), checking only what can differ between such calls (the pointers' alignment and,
-unless ATTNGEN_TRUST_SEQLENS=1, the lengths' and table's values).
+its ReadyDecode (runtime.decode), checking only what can differ between such calls (the pointers' alignment).
+
+The values of the lengths and the block table sit on the GPU. The decode kernels check them themselves and the
+call reports what earlier calls' kernels found (runtime.device_checks: no sync); ATTNGEN_HOST_CHECKS=1 adds a
+host check at each call. Calls that run the forward kernels or append keys check them on the host unless
+ATTNGEN_TRUST_SEQLENS=1 (an append with a bad length would write outside the cache).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import env
 from ..planning.planner_decode import PAGE_SIZES, PAGE_SIZES_TEXT
+from . import device_checks
 from .seqlens import check_used_keys
 
 if TYPE_CHECKING:
@@ -79,7 +84,8 @@ class RememberedCall:
     blocks: int
 
     def run(self, q: Any, k_cache: Any, v_cache: Any, used: Any, block_table: Any) -> Any:
-        if env.check_seqlens():
+        device_checks.raise_pending(q.device.index)
+        if env.host_checks():
             check_used_keys(used, q.shape[0], self.capacity, q.device, True)
             if block_table is not None:
                 _check_table_values(block_table, self.blocks)
@@ -120,11 +126,18 @@ def attend(kernel: CacheKernel, q: torch.Tensor, k_cache: torch.Tensor, v_cache:
     if q.shape[2] % k_cache.shape[2]:
         raise ValueError(f"q's heads ({q.shape[2]}) must be a multiple of the cache's kv_heads ({k_cache.shape[2]})")
     scale = kernel.arch_and_scale(q, softmax_scale)
-    lengths = _lengths(cache_seqlens, q)
     new = _check_new(k_new, v_new, q, k_cache)
+    lengths = _lengths(cache_seqlens, q, new, shape.capacity)
     used = lengths + new if new else lengths   # int32 (checked): each entry's keys once k_new is appended
-    check_used_keys(used, q.shape[0], shape.capacity, q.device, env.check_seqlens())
     decode = _use_decode(q, split_kv, num_splits) and (split_kv or kernel.decode_serves(q.device))
+    # The decode kernels check the values themselves (runtime.device_checks); an append or the forward kernels
+    # need them checked here.
+    on_host = env.host_checks() if decode and not new else env.check_seqlens()
+    check_used_keys(used, q.shape[0], shape.capacity, q.device, on_host)
+    if on_host and shape.paged:
+        _check_table_values(block_table, k_cache.shape[0])
+    if decode:
+        device_checks.raise_pending(q.device.index)
     with torch.no_grad():
         if new:
             _append(k_cache, v_cache, k_new, v_new, lengths, block_table, shape)
@@ -190,8 +203,6 @@ def _check_cache(q: Any, k_cache: Any, v_cache: Any, block_table: Any) -> CacheS
     if page not in PAGE_SIZES:
         raise ValueError(f"a paged cache's page_size (k_cache.shape[1]) must be {PAGE_SIZES_TEXT}, "
                          f"got {page}")
-    if env.check_seqlens():
-        _check_table_values(block_table, k_cache.shape[0])
     return CacheShape(capacity=block_table.shape[1] * page, page_size=page)
 
 
@@ -247,10 +258,14 @@ def _remember(kernel: CacheKernel, key: tuple[Any, ...], q: Any, k_cache: Any, v
     return remembered
 
 
-def _lengths(cache_seqlens: Any, q: Any) -> Any:
+def _lengths(cache_seqlens: Any, q: Any, new: int, capacity: int) -> Any:
+    """cache_seqlens as an int32 tensor (batch,); an int is checked here (its value needs no sync)."""
     import torch
 
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        if not 0 <= cache_seqlens + new <= capacity:
+            raise ValueError(f"cache_seqlens (plus the new keys) must lie in [0, {capacity}] (the cache's rows), "
+                             f"got {cache_seqlens} + {new}")
         return torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     if not isinstance(cache_seqlens, torch.Tensor):
         got = type(cache_seqlens).__name__
