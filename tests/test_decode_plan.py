@@ -56,8 +56,12 @@ def test_hopper_hd128_keeps_128_kb_in_flight_with_128_key_tiles() -> None:
     assert wide.tiling.tile_keys == 64  # 128-key stages of hd256 do not fit three deep
 
 
+#: Peak DRAM bandwidths (runtime.device.dram_gbps): H100 SXM 2619 MHz x 5120 bits, H200 3201 MHz x 6144 bits.
+H100, H200 = 3352.3, 4917.0
+
+
 def test_split_rule() -> None:
-    one = {"kv_heads": 8, "row_blocks": 1, "tile_keys": 128, "num_sms": 132, "blocks_per_sm": 1}
+    one = {"kv_heads": 8, "row_blocks": 1, "tile_keys": 128, "num_sms": 132, "blocks_per_sm": 1, "dram_gbps": H100}
     assert choose_splits(batch=1, keys=32768, **one).splits == 16          # one wave: 8 x 16 = 128 of 132
     assert choose_splits(batch=1, keys=1024, **one).splits == 1024 // 128 // MIN_TILES_PER_SPLIT  # tile-capped
     short = choose_splits(batch=6, keys=1024, **one)   # 2 splits would save 4 of 8 tiles: not worth a combine
@@ -83,8 +87,38 @@ def test_split_rule() -> None:
     tiny = choose_splits(batch=1, keys=128, **one)
     assert tiny.splits == 1 and "too few to split" in tiny.reason
     many = choose_splits(batch=1, kv_heads=1, row_blocks=1, keys=1 << 24, tile_keys=64, num_sms=1000,
-                         blocks_per_sm=4)
+                         blocks_per_sm=4, dram_gbps=H100)
     assert many.splits == MAX_SPLITS
+
+
+def test_one_block_per_pair_splits_where_its_streams_fall_short_of_the_bandwidth() -> None:
+    """batch 8 x 8 KV heads: 64 blocks stream ~3 TB/s, the H100's copy bandwidth but 0.61 of the H200's."""
+    one = {"kv_heads": 8, "row_blocks": 1, "tile_keys": 128, "num_sms": 132, "blocks_per_sm": 1}
+    for keys in (4096, 32768, 131072):
+        h200 = choose_splits(batch=8, keys=keys, dram_gbps=H200, **one)
+        assert h200.splits == 2, h200.reason
+        assert "reach 61% of the device's 4917 GB/s: short of 80%, so the one-wave rule" in h200.reason
+        assert choose_splits(batch=8, keys=keys, dram_gbps=H100, **one).splits == 1
+    # Too short to pay for the combine either way, and the reason still says why the pairs' rule did not hold.
+    short = choose_splits(batch=8, keys=1024, dram_gbps=H200, **one)
+    assert short.splits == 1 and "combine costs" in short.reason and "short of 80%" in short.reason
+    # The threshold, exactly: 64 blocks x 47 GB/s = 3008 reach 80% of 3760 GB/s and not of one more.
+    assert choose_splits(batch=8, keys=32768, dram_gbps=3760, **one).splits == 1
+    assert choose_splits(batch=8, keys=32768, dram_gbps=3761, **one).splits == 2
+    # Other batches do not ask the bandwidth: the one-wave rule below the pairs, the balance rule past them.
+    for batch in (1, 6, 10, 12, 64):
+        assert (choose_splits(batch=batch, keys=32768, dram_gbps=H200, **one)
+                == choose_splits(batch=batch, keys=32768, dram_gbps=H100, **one))
+
+
+def test_a_decode_call_asks_its_device_for_the_bandwidth() -> None:
+    """The family's default is the arch's flagship; a call passes its device's figure through."""
+    plan = plan_decode(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), Arch.sm90)
+    family = families.get("sm80_decode")
+    shape = {"batch": 8, "kv_heads": 8, "heads": 32, "seqlen_q": 1, "keys": 32768}
+    assert family.splits(plan, **shape).splits == 1  # type: ignore[attr-defined]
+    assert family.splits(plan, dram_gbps=H200, **shape).splits == 2  # type: ignore[attr-defined]
+    assert family.splits(plan, dram_gbps=H200, paged=True, **shape).splits == 2  # type: ignore[attr-defined]
 
 
 def test_explain_lines_give_the_rule_at_example_shapes() -> None:

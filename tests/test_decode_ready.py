@@ -50,6 +50,7 @@ def ready_env(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     launched: list[tuple[object, ...]] = []
     monkeypatch.setattr(decode, "current_arch", lambda device=None: Arch.sm90)
     monkeypatch.setattr(decode, "sm_count", lambda index: 132)
+    monkeypatch.setattr(decode, "dram_gbps", lambda index: 3352.3)   # an H100's (runtime.device.dram_gbps)
     monkeypatch.setattr(decode.DecodeKernels, "_function",
                         lambda self, index, arch, entry, smem: LoadedFunction(entry, None, 4096, smem))
     monkeypatch.setattr(decode, "stream_handle", lambda index: 77)
@@ -120,6 +121,20 @@ def test_one_split_launches_the_split_kernel_alone(ready_env: list[tuple[object,
     assert sent["check_counts"] == 0x7F00
 
 
+@pytest.mark.parametrize(("gbps", "splits"), [(3352.3, 1), (4917.0, 2), (None, 1)])
+def test_the_split_count_follows_the_devices_bandwidth(ready_env: list[tuple[object, ...]],
+                                                       monkeypatch: pytest.MonkeyPatch, gbps: float | None,
+                                                       splits: int) -> None:
+    """batch 8 x 8 KV heads over 32k keys: 64 blocks, one per SM pair, stream an H100's DRAM bandwidth unsplit but
+    not an H200's (planning.splits); where the driver reports no memory clock the arch's figure stands in."""
+    monkeypatch.setattr(decode, "dram_gbps", lambda index: gbps)
+    kernels = decode.DecodeKernels(SPEC)
+    k = torch.empty(1, 1, 8, 64, dtype=torch.bfloat16).expand(8, 32768, 8, 64)   # strides only: nothing is read
+    q = torch.randn(8, 1, 32, 64).to(torch.bfloat16)
+    assert kernels.ready(q, k, k, None).shape.num_splits == splits
+    assert kernels.ready(q, k, k, None, num_splits=3).shape.num_splits == 3      # a caller's count stands
+
+
 def _call(q: object, k: object, used: object, table: object = None, options: tuple[object, ...] = (None, None, 0)) \
         -> object:
     return kvcache._call_key(q, k, k, used, table, options)
@@ -186,3 +201,18 @@ def test_page_divisor_divides_every_key_exactly(page: int) -> None:
     got = ((keys * magic) >> 32) >> shift
     assert torch.equal(got, keys // page)
 
+
+
+def test_dram_gbps_is_two_transfers_a_memory_clock_over_the_bus(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attngen.runtime import device, driver
+
+    attributes = {"MEMORY_CLOCK_RATE": 3201000, "GLOBAL_MEMORY_BUS_WIDTH": 6144}   # an H200's, in kHz and bits
+    monkeypatch.setattr(driver, "device_attribute", lambda index, name: attributes[name])
+    device.dram_gbps.cache_clear()
+    try:
+        assert device.dram_gbps(0) == pytest.approx(4917.0, abs=0.5)
+        attributes["MEMORY_CLOCK_RATE"] = 0
+        device.dram_gbps.cache_clear()
+        assert device.dram_gbps(0) is None
+    finally:
+        device.dram_gbps.cache_clear()

@@ -26,7 +26,7 @@ from ..features.dtype import dtype_trait, with_backward
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
 from ..features.variant import params_with_variant, variant_of
-from ..planning.archs import ArchInfo
+from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import DecodeCandidate, DecodePlan, DecodeTiling, SmemRegions
 from ..planning.planner_decode import MAX_DECODE_QUERY, PAGE_SIZES, DecodeFamily, DecodeShape, LaunchStep
 from ..planning.shared import resident_blocks, swizzle_chunks
@@ -147,11 +147,12 @@ class Sm80Decode(DecodeFamily):
                           overlap_combine=info.programmatic_launch)
 
     def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
-               num_sms: int | None = None, paged: bool = False) -> SplitChoice:
+               num_sms: int | None = None, dram_gbps: float | None = None, paged: bool = False) -> SplitChoice:
         rows = heads // max(1, kv_heads) * seqlen_q
         return _splits(batch=batch, kv_heads=kv_heads, row_blocks=-(-rows // BLOCK_M), keys=keys,
                        tile_keys=plan.tiling.tile_keys, num_sms=num_sms or plan.num_sms,
-                       blocks_per_sm=plan.blocks_per_sm, paged=paged)
+                       blocks_per_sm=plan.blocks_per_sm, dram_gbps=dram_gbps or arch_info(plan.arch).hbm_gbps,
+                       paged=paged)
 
     def plan_line(self, plan: DecodePlan) -> str:
         t = plan.tiling
@@ -160,11 +161,17 @@ class Sm80Decode(DecodeFamily):
                 + (" combine=overlapped" if plan.overlap_combine else ""))
 
     def explain_lines(self, plan: DecodePlan) -> list[str]:
-        lines = [f"decode ({self.name}, {self.path}): {self.plan_line(plan)}", f"  why: {plan.reason}"]
+        lines = [f"decode ({self.name}, {self.path}): {self.plan_line(plan)}", f"  why: {plan.reason}",
+                 f"  splits: chosen per call from its shape and its GPU's SMs and DRAM bandwidth; below for "
+                 f"{plan.num_sms} SMs and {arch_info(plan.arch).hbm_gbps} GB/s (the arch's flagship)"]
         for batch, keys in ((1, 4096), (1, 131072), (8, 1024), (8, 32768), (12, 32768), (64, 32768)):
             choice = self.splits(plan, batch=batch, kv_heads=8, heads=32, seqlen_q=1, keys=keys)
             lines.append(f"  splits at batch {batch}, 32 heads / 8 KV heads, {keys} keys: {choice.splits} "
                          f"({choice.reason})")
+        if plan.arch is Arch.sm90:
+            choice = self.splits(plan, batch=8, kv_heads=8, heads=32, seqlen_q=1, keys=32768, dram_gbps=H200_GBPS)
+            lines.append(f"  splits at batch 8, 32 heads / 8 KV heads, 32768 keys on an H200 ({H200_GBPS:.0f} GB/s): "
+                         f"{choice.splits} ({choice.reason})")
         return lines
 
     def context(self, plan: DecodePlan) -> dict[str, object]:
@@ -191,6 +198,8 @@ class Sm80Decode(DecodeFamily):
         return split, combine
 
 
+#: The H200's peak DRAM bandwidth (3201 MHz x 6144 bits), explain's example of a faster memory on the same SMs.
+H200_GBPS = 4917.0
 #: choose_splits, remembered per shape (every decode call asks; a server repeats a few shapes).
 _splits = lru_cache(maxsize=4096)(choose_splits)
 

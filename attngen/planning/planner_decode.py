@@ -70,9 +70,9 @@ class DecodeFamily(KernelFamily):
 
     @abstractmethod
     def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
-               num_sms: int | None = None, paged: bool = False) -> SplitChoice:
-        """The KV splits a call of this shape (over a paged cache when `paged`) runs on a GPU of `num_sms` SMs
-        (default: the arch's flagship), and why."""
+               num_sms: int | None = None, dram_gbps: float | None = None, paged: bool = False) -> SplitChoice:
+        """The KV splits a call of this shape (over a paged cache when `paged`) runs on a GPU of `num_sms` SMs and
+        `dram_gbps` GB/s of DRAM bandwidth (defaults: the arch's flagship, archs.ArchInfo), and why."""
 
     @abstractmethod
     def explain_lines(self, plan: DecodePlan) -> list[str]:

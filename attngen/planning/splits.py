@@ -7,8 +7,9 @@ every SM to work. The choice:
 
 - no split when the blocks already fill FULL_WAVE of the resident slots (SMs x blocks per SM);
 - with one block per SM, an SM's pair (the two SMs of a TPC share its path to memory) matters:
-  - no split when the blocks nearly fill one SM of every pair (PAIR_SATURATING of the pairs, at most all) and the
-    cache is contiguous: alone on their pairs they stream at copy bandwidth;
+  - no split when the blocks nearly fill one SM of every pair (PAIR_SATURATING of the pairs, at most all), the
+    cache is contiguous and their streams (BLOCK_STREAM_GBPS each) reach STREAM_SATURATING of the device's DRAM
+    bandwidth: alone on their pairs they stream at copy bandwidth (the H100's 64, not the H200's);
   - between one block per pair and FULL_WAVE, some pairs carry two blocks and set the pace: the fewest splits
     (at most BALANCE_SPLITS, each of MIN_BALANCE_TILES tiles at least) whose blocks fill their waves to
     BALANCE_EFFICIENCY, so the scheduler evens the pairs' loads out;
@@ -20,7 +21,9 @@ heads, 1 block per SM): at batch 1 (8 blocks, 132 slots) 16 splits beat 8 and 32
 and 84 us at 32k); short caches at half a wave of blocks run best unsplit; at batch 8 (64 blocks) no split beats
 2-4 at 2k-32k keys (364.6 against 367.3 us at 32k, 61.9 against 64.2 at 4k); at batch 10 and 12 (80 and 96
 blocks) 3 and 4 splits beat none by 9-12% at 32k keys (462.9 against 507.7 us, 541.3 against 608.6) and by 2-3%
-at 4k, while 4 and 3 splits, whose last waves are part-filled, lose (492.0 and 555.6 us).
+at 4k, while 4 and 3 splits, whose last waves are part-filled, lose (492.0 and 555.6 us). On the H200 (4.8 TB/s
+against 3.35) the 64 unsplit blocks of batch 8 read 0.71 of its copy bandwidth where two splits read 0.96
+(h200/refresh_1: 358 against 263 us at 32k keys).
 """
 
 from __future__ import annotations
@@ -44,6 +47,14 @@ FULL_WAVE = 0.8
 #: Share of the SM pairs (TPCs) whose one block each streams at copy bandwidth: batch 8 x 8 KV heads (64 blocks of
 #: 66 pairs) runs best unsplit (split_rule/sweep_1).
 PAIR_SATURATING = 0.9
+#: What one decode block streams from DRAM, one block per SM (the plan's ~128 KB of K/V in flight): batch 8 x 8 KV
+#: heads unsplit over 32k keys, 64 blocks, read 2945 GB/s on the H100 (364.6 us, split_rule/) and 3000 GB/s on
+#: the H200 (358 us, h200/refresh_1): ~47 GB/s a block on both, the blocks' bytes in flight over DRAM's latency.
+BLOCK_STREAM_GBPS = 47.0
+#: Share of the device's DRAM bandwidth (its peak: memory clock x bus width) the unsplit blocks' streams must reach
+#: for the pairs' rule to keep them unsplit. The H100's 64 blocks reach 0.90 of its 3352 GB/s and ran best unsplit;
+#: the H200's reach 0.61 of 4915 and ran 36% slower than two splits.
+STREAM_SATURATING = 0.8
 #: Splits the balancing rule takes at most, the K/V tiles each keeps at least, and the wave fill it asks.
 BALANCE_SPLITS = 8
 MIN_BALANCE_TILES = 8
@@ -66,9 +77,10 @@ def wave_efficiency(blocks: int, slots: int) -> float:
 
 
 def choose_splits(*, batch: int, kv_heads: int, row_blocks: int, keys: int, tile_keys: int, num_sms: int,
-                  blocks_per_sm: int, paged: bool = False) -> SplitChoice:
+                  blocks_per_sm: int, dram_gbps: float, paged: bool = False) -> SplitChoice:
     """The number of KV splits of one decode call: `keys` the longest entry's keys (the cache's capacity when
-    the lengths live on the GPU), `row_blocks` the 16-row blocks of one KV head's packed query rows."""
+    the lengths live on the GPU), `row_blocks` the 16-row blocks of one KV head's packed query rows, `dram_gbps`
+    the device's peak DRAM bandwidth."""
     blocks = max(1, batch * kv_heads * row_blocks)
     slots = max(1, num_sms * blocks_per_sm)
     tiles = max(1, -(-keys // tile_keys))
@@ -81,29 +93,51 @@ def choose_splits(*, batch: int, kv_heads: int, row_blocks: int, keys: int, tile
         return SplitChoice(1, blocks, slots, f"{tiles} K/V tile(s) of {tile_keys} keys: too few to split "
                                              f"({MIN_TILES_PER_SPLIT} per split at least)")
     if blocks_per_sm == 1:
-        paired = _by_pairs(blocks, num_sms, tiles, paged)
+        paired = _by_pairs(blocks, num_sms, tiles, paged, dram_gbps)
         if paired is not None:
             return paired
     splits = max(1, min(cap, slots // blocks))
     saved = tiles - -(-tiles // splits)
+    pair_rule = blocks_per_sm == 1 and _one_per_pair(blocks, num_sms, paged)
+    short = (f"; one per SM pair, {_streams(blocks, dram_gbps)[1]}: short of {STREAM_SATURATING:.0%}, so the "
+             f"one-wave rule" if pair_rule else "")
     if splits > 1 and saved <= COMBINE_COST_TILES:
         return SplitChoice(1, blocks, slots, f"{splits} splits would save {saved} of {tiles} K/V tiles per block, "
-                                             f"not more than the combine costs (~{COMBINE_COST_TILES} tiles)")
+                                             f"not more than the combine costs (~{COMBINE_COST_TILES} tiles)"
+                                             f"{short}")
     return SplitChoice(splits, blocks, slots,
                        f"{blocks} blocks for {slots} resident slots ({num_sms} SMs x {blocks_per_sm}): {splits} "
                        f"splits of ~{-(-tiles // splits)} tiles fill one wave with {blocks * splits} blocks "
                        f"({wave_efficiency(blocks * splits, slots):.0%}; at most {cap} splits of "
-                       f"{MIN_TILES_PER_SPLIT} tiles)")
+                       f"{MIN_TILES_PER_SPLIT} tiles){short}")
 
 
-def _by_pairs(blocks: int, num_sms: int, tiles: int, paged: bool) -> SplitChoice | None:
-    """The split choice where one block per SM makes the SM pairs (TPCs) matter (see the module's rules), or None
-    where they do not. A paged cache's blocks, which look their rows up, do not reach copy bandwidth one per pair
+def _one_per_pair(blocks: int, num_sms: int, paged: bool) -> bool:
+    """Whether `blocks` blocks, one per SM, nearly fill one SM of every pair (PAIR_SATURATING of them, at most all)
+    of a contiguous cache. A paged cache's blocks, which look their rows up, do not reach copy bandwidth one per pair
     (batch 8 x 32k keys: 388.6 us unsplit against 365.3 with 2 splits), so they keep the one-wave rule there."""
     pairs = max(1, num_sms // 2)
-    if PAIR_SATURATING * pairs <= blocks <= pairs and not paged:
-        return SplitChoice(1, blocks, num_sms, f"{blocks} blocks, one per SM pair of {pairs}: they stream at copy "
-                                               f"bandwidth unsplit")
+    return PAIR_SATURATING * pairs <= blocks <= pairs and not paged
+
+
+def _streams(blocks: int, dram_gbps: float) -> tuple[bool, str]:
+    """Whether `blocks` unsplit blocks stream at the device's bandwidth (STREAM_SATURATING of `dram_gbps`), and
+    the figures that say so."""
+    gbps = blocks * BLOCK_STREAM_GBPS
+    return (gbps >= STREAM_SATURATING * dram_gbps,
+            f"their streams (~{gbps:.0f} GB/s at {BLOCK_STREAM_GBPS:.0f} a block) reach {gbps / dram_gbps:.0%} of "
+            f"the device's {dram_gbps:.0f} GB/s")
+
+
+def _by_pairs(blocks: int, num_sms: int, tiles: int, paged: bool, dram_gbps: float) -> SplitChoice | None:
+    """The split choice where one block per SM makes the SM pairs (TPCs) matter (see the module's rules), or None
+    where they do not (the one-wave rule then)."""
+    pairs = max(1, num_sms // 2)
+    if _one_per_pair(blocks, num_sms, paged):
+        saturating, figures = _streams(blocks, dram_gbps)
+        if saturating:
+            return SplitChoice(1, blocks, num_sms, f"{blocks} blocks, one per SM pair of {pairs}: {figures}, so "
+                                                   f"they stream at copy bandwidth unsplit")
     if blocks <= pairs:
         return None
     for splits in range(2, min(BALANCE_SPLITS, tiles // MIN_BALANCE_TILES) + 1):

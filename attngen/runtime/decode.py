@@ -22,7 +22,7 @@ from ..planning.planner_decode import DecodeShape, decode_family
 from ..spec.model import AttentionSpec
 from . import device_checks
 from .backward import LazyKernels
-from .device import current_arch, sm_count, stream_handle
+from .device import current_arch, dram_gbps, sm_count, stream_handle
 from .driver import PreparedLaunch
 from .variant_args import VariantArgs, prepare
 
@@ -116,7 +116,7 @@ class DecodeKernels(LazyKernels):
         capacity = table.shape[1] * page if table is not None else k.shape[1]
         splits = num_splits or family.splits(plan, batch=batch, kv_heads=k.shape[2], heads=heads,
                                              seqlen_q=seqlen_q, keys=capacity, num_sms=sm_count(device),
-                                             paged=table is not None).splits
+                                             dram_gbps=dram_gbps(device), paged=table is not None).splits
         shape = DecodeShape(batch=batch, heads=heads, kv_heads=k.shape[2], seqlen_q=seqlen_q, num_splits=splits)
         struct = struct_of(with_variant(DECODE_PARAMS, self.variant.fields))
         p = struct(seqlen_q=seqlen_q, seqlen_k=capacity, heads=heads, kv_heads=k.shape[2], batch=batch,

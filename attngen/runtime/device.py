@@ -39,6 +39,18 @@ def sm_count(index: int) -> int:
     return int(torch.cuda.get_device_properties(index).multi_processor_count)
 
 
+@cache
+def dram_gbps(index: int) -> float | None:
+    """Device `index`'s peak DRAM bandwidth in GB/s: two transfers a memory clock over its bus (H100 SXM: 2619 MHz
+    x 5120 bits, 3352 GB/s; H200: 3201 MHz x 6144 bits, 4917 GB/s), asked once per device; None where the driver
+    reports no memory clock (the callers then take their arch's figure)."""
+    from .driver import device_attribute
+
+    clock_khz = device_attribute(index, "MEMORY_CLOCK_RATE")
+    bus_bits = device_attribute(index, "GLOBAL_MEMORY_BUS_WIDTH")
+    return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz > 0 and bus_bits > 0 else None
+
+
 def stream_handle(index: int) -> int:
     """The CUstream handle of device `index`'s current PyTorch stream. torch.cuda.current_stream builds a Stream
     object (~5 us a call); the raw handle is what a launch takes, and what Triton's launcher asks torch for."""

@@ -48,6 +48,16 @@ def ensure_context(device_index: int) -> None:
     check_result(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
+def device_attribute(device_index: int, name: str) -> int:
+    """The driver's attribute CU_DEVICE_ATTRIBUTE_<name> of device `device_index` (cuDeviceGetAttribute)."""
+    driver = _driver()
+    check_result(driver.cuInit(0), "cuInit")
+    (device,) = check_result(driver.cuDeviceGet(device_index), "cuDeviceGet")
+    attribute = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    (value,) = check_result(driver.cuDeviceGetAttribute(attribute, device), f"cuDeviceGetAttribute({name})")
+    return int(value)
+
+
 @dataclass
 class LoadedFunction:
     name: str
