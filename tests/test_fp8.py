@@ -127,6 +127,27 @@ def test_every_fp8_forward_compiles_without_spills(arch: str, mask: str) -> None
             assert (res.spill_stores, res.spill_loads, res.stack_bytes) == (0, 0, 0), f"hd{head_dim} {arch}: {res}"
 
 
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_v_transpose_copies_all_its_chunks_at_once_and_stores_whole_lines(head_dim: int) -> None:
+    """sm90's transpose entry point (fp8_v_transpose.cuh.j2, codegen.abi.VT_TILE): a thread's 4 copies (cp.async)
+    all in flight before the one wait, its 16 keys x 4 columns read as 16 words and turned around by byte permutes,
+    4 16-byte stores; 16 KB of shared memory, no local memory."""
+    from attngen.codegen.abi import VT_TILE, vt_entry
+    from attngen.toolchain.sass import disassemble, kernel_opcodes
+
+    cubin = attngen.build(fp8(head_dim=head_dim), "sm90")
+    entry = vt_entry(cubin.source.plan.kernel_name)
+    (res,) = [r for r in cubin.resources if r.name == entry]
+    assert res.smem_bytes == VT_TILE.keys * VT_TILE.dims and res.registers <= 64
+    ops = kernel_opcodes(disassemble(cubin.data))[entry]
+    copies = VT_TILE.keys * VT_TILE.dims // 16 // VT_TILE.threads
+    assert ops.count("LDGSTS") == copies and ops.count("LDG") == 0
+    assert max(i for i, op in enumerate(ops) if op == "LDGSTS") < ops.index("DEPBAR") < ops.index("BAR")
+    # 16 word reads (ptxas pads the copies with never-executed `@!PT LDS RZ, [RZ]`), nothing staged through registers
+    assert ops.count("LDS") >= 16 and ops.count("STS") == 0 and ops.count("PRMT") >= 24 and ops.count("STG") == 4
+    assert ops.count("LDL") == ops.count("STL") == 0
+
+
 @pytest.mark.parametrize(("head_dim", "extra"), [
     (128, {"score_mod": {"softcap": 30.0}}),
     (256, {"sinks": "learnable", "mask": "sliding_window", "window": [128, 0]}),

@@ -81,6 +81,23 @@ VT_PARAMS: tuple[Field, ...] = (
     Field("kv_heads", "int", _I32),
 )
 
+
+@dataclass(frozen=True)
+class VtTile:
+    """The V transpose's block (templates/common/fp8_v_transpose.cuh.j2): keys x head-dim columns of one (batch, kv
+    head), and its threads. The launcher's grid and the template's constants both come from VT_TILE."""
+
+    #: Keys a block moves: each head-dim row it stores is one 128-byte line (a 64-key tile stored half lines and
+    #: moved V at 1.9-2.4 TB/s on the H200 against its 4.2 TB/s copy: results/h200/varlen_fp8_1).
+    keys: int = 128
+    #: Head-dim columns: each key row it loads is one 128-byte line (sm90's 8-bit head dims are multiples of 128).
+    dims: int = 128
+    #: 8 warps: each thread loads 4 chunks (16 KB a block in flight) and turns 16 keys x 4 columns around.
+    threads: int = 256
+
+
+VT_TILE = VtTile()
+
 #: The tile table of a packed batch's flat grid (templates/common/tile_table.cuh.j2, runtime/tile_table.py): the
 #: cumulative lengths, the table (int4 rows), the entries alone in the table's order (a 3-D grid's batch_order),
 #: the entries, which side's rows are tiled (0 queries, 1 keys), and the tiles' rows after rounding each entry up

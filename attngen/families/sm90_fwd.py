@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..codegen.abi import (
     HOPPER_FWD_PARAMS,
     VT_PARAMS,
+    VT_TILE,
     Field,
     forward_base,
     layout,
@@ -345,6 +346,7 @@ class Sm90Forward(ForwardFamily):
                 "roles": plan.roles, "qk_op": qk, "pv_op": pv, "half_qk_op": half,
                 "wgmma_ops": (qk, pv, *((half,) if half else ())),
                 "v_box_keys": v_box_keys(plan.spec), "vt_params": VT_PARAMS, "vt_params_layout": layout(VT_PARAMS),
+                "vt_tile": VT_TILE,
                 "tail_order": plan.tail_waves > 0, **_params(plan)}
 
     def prepare(self, plan: KernelPlan, fn: Any, call: Any) -> Any:

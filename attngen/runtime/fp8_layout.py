@@ -17,8 +17,6 @@ from typing import Any
 
 #: Keys per group of the order above.
 GROUP = 16
-#: The transpose kernel's tile: keys and head-dim columns per block (fp8_v_transpose.cuh.j2), its threads.
-TILE_KEYS, TILE_DIMS, THREADS = 64, 64, 256
 
 
 def padded_keys(keys: int) -> int:
@@ -31,17 +29,20 @@ def transpose(fn: Any, stream: int, v: Any) -> Any:
     head_dim, padded keys) tensor of v's dtype. v's rows must be 16-byte aligned (the launcher's TMA check)."""
     import torch
 
-    from ..codegen.abi import VT_PARAMS, struct_of
+    from .. import env
+    from ..codegen.abi import VT_PARAMS, VT_TILE, struct_of
     from .driver import launch
 
     batch, keys, kv_heads, head_dim = v.shape
     padded = padded_keys(keys)
     vt = torch.empty((batch, kv_heads, head_dim, padded), dtype=v.dtype, device=v.device)
+    if env.poison_outputs():
+        vt.view(torch.uint8).fill_(0x7F)   # e4m3's NaN: a byte the kernel leaves unwritten shows
     params = struct_of(VT_PARAMS)(v=v.data_ptr(), vt=vt.data_ptr(), batch_stride=v.stride(0),
                                   row_stride=v.stride(1), head_stride=v.stride(2), keys=keys, padded_keys=padded,
                                   kv_heads=kv_heads)
-    grid = (-(-padded // TILE_KEYS), head_dim // TILE_DIMS, batch * kv_heads)
-    launch(fn, grid, THREADS, stream, params)
+    grid = (-(-padded // VT_TILE.keys), head_dim // VT_TILE.dims, batch * kv_heads)
+    launch(fn, grid, VT_TILE.threads, stream, params)
     return vt
 
 
