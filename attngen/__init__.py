@@ -21,6 +21,8 @@ _LAZY = {
     "MaskKind": "attngen.spec.model",
     "KernelPlan": "attngen.planning.ir",
     "plan": "attngen.planning.planner",
+    "explain": "attngen.planning.explain",
+    "Explanation": "attngen.planning.explain",
     "load_spec": "attngen.spec.loader",
     "compile": "attngen.runtime.kernel",
     "AttentionKernel": "attngen.runtime.kernel",

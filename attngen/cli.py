@@ -291,112 +291,20 @@ def explain(
         "--seqlen", min=1, help="Also report the share of tiles the mask skips and masks at this length.")] = None,
 ) -> None:
     """Show every candidate tiling with its budget arithmetic, and the plan chosen (with its reason)."""
-    from .planning.planner import considered, plan
+    from .planning.explain import explain as explain_spec
 
     archs = parse_archs(arch)
     with _errors():
         spec = _load(spec_path)
         if archs and len(archs) > 1:
             _fail("explain takes one arch; pass a single --arch", EXIT_USAGE)
-        target = archs[0] if archs else _spec_arch(spec)
-        kernel_plan = plan(spec, target)
-        families = considered(kernel_plan)
-        backward = _backward_summary(spec, target)
-        decode = _decode_summary(spec, target)
-        tiles = _tile_shares(spec, kernel_plan, seqlen) if seqlen else None
+        report = explain_spec(spec, archs[0] if archs else _spec_arch(spec), seqlen=seqlen)
     if as_json:
-        from .planning.throughput import plan_rate
-
-        out = {**kernel_plan.summary(), "predicted": plan_rate(kernel_plan), "families": dict(families),
-               "backward": backward, "decode": decode}
-        if tiles is not None:
-            out["tiles"] = tiles
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
         return
-    from .views import print_explain
+    from .views import print_explanation
 
-    print_explain(_console(), kernel_plan, families)
-    _print_backward(backward)
-    _print_decode(decode)
-    if tiles is not None:
-        shares = ", ".join(f"{tiles[k]:.1%} {k}" for k in ("empty", "partial", "full"))
-        _console().print(f"tiles at seqlen {seqlen} ({tiles['block_m']}x{tiles['block_n']}): {shares}"
-                         f"{tiles['note']}")
-
-
-def _tile_shares(spec: AttentionSpec, kernel_plan: Any, seqlen: int) -> dict[str, Any]:
-    """The forward plan's tiles at seqlen x seqlen: the shares the mask's classifier skips (empty), masks
-    (partial) and runs unmasked (full)."""
-    from .features.mask import mask_trait
-
-    trait = mask_trait(spec)
-    shares: dict[str, Any] = dict(trait.tile_shares(kernel_plan.block_m, kernel_plan.block_n, seqlen, seqlen))
-    note = " (the mask reads tensors: counted with their values unknown)" if trait.tensors else ""
-    return {**shares, "seqlen": seqlen, "block_m": kernel_plan.block_m, "block_n": kernel_plan.block_n,
-            "note": note}
-
-
-def _backward_summary(spec: AttentionSpec, arch: Arch) -> dict[str, object]:
-    """The backward plan (its family's), every backward family with why it was or was not chosen, and
-    the family's lines about its kernels; or why the arch's budget cannot hold the backward."""
-    from .errors import PlanError
-    from .planning.planner_bwd import backward_family, considered_bwd, plan_bwd
-    from .planning.throughput import plan_rate
-
-    try:
-        bwd = plan_bwd(spec, arch)
-    except PlanError as exc:
-        return {"unavailable": str(exc)}
-    return {**bwd.summary(), "predicted": plan_rate(bwd), "families": dict(considered_bwd(spec, arch)),
-            "kernels": backward_family(bwd.family).explain_lines(bwd)}
-
-
-def _decode_summary(spec: AttentionSpec, arch: Arch) -> dict[str, object]:
-    """The decode plan (KV-cache calls of at most 16 queries) with its family's lines (tiles, why, the split
-    rule at example shapes), or why there is none."""
-    from .errors import PlanError
-    from .planning.planner_decode import decode_family, plan_decode
-
-    try:
-        dec = plan_decode(spec, arch)
-    except PlanError as exc:
-        return {"unavailable": str(exc)}
-    return {**dec.summary(), "lines": decode_family(dec.family).explain_lines(dec)}
-
-
-def _print_decode(decode: dict[str, object]) -> None:
-    from rich.markup import escape
-
-    console = _console()
-    if "unavailable" in decode:
-        console.print(f"decode: [dim]{escape(str(decode['unavailable']))}[/]", soft_wrap=True)
-        return
-    lines = decode["lines"]
-    assert isinstance(lines, list)
-    for line in lines:
-        console.print(escape(str(line)), soft_wrap=True)
-
-
-def _print_backward(backward: dict[str, object]) -> None:
-    from rich.markup import escape
-
-    from .planning.throughput import rate_line
-
-    console = _console()
-    if "unavailable" in backward:
-        console.print(f"backward: [dim]{escape(str(backward['unavailable']))}[/]", soft_wrap=True)
-        return
-    console.print(f"backward: family {backward['family']}", soft_wrap=True)
-    families, lines = backward["families"], backward["kernels"]
-    assert isinstance(families, dict) and isinstance(lines, list)
-    for name, why in families.items():
-        console.print(f"backward family {name}: {escape(str(why))}", soft_wrap=True)
-    for line in lines:
-        console.print(f"backward: {escape(str(line))}", soft_wrap=True)
-    rate = backward["predicted"]
-    assert isinstance(rate, dict)
-    console.print(f"backward {escape(rate_line(rate))}", soft_wrap=True)
-    console.print(f"backward reason: {escape(str(backward['reason']))}", soft_wrap=True)
+    print_explanation(_console(), report)
 
 
 def _spec_arch(spec: AttentionSpec) -> Arch:

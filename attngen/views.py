@@ -1,5 +1,5 @@
-"""What `attngen explain` and `attngen families` print about the forward plan and the registry: rich
-tables built from a KernelPlan, its family and each family's coverage (the command line's shell is cli.py)."""
+"""What `attngen explain` and `attngen families` print about the plans and the registry: rich tables and lines
+built from an Explanation (planning.explain) and each family's coverage (the command line's shell is cli.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,20 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from .planning.explain import Explanation
     from .planning.ir import Candidate, KernelPlan
+
+
+def print_explanation(console: Console, report: Explanation) -> None:
+    """The forward plan (print_explain), the backward's and the decode's lines, and the tile shares if asked."""
+    print_explain(console, report.plan, list(report.families))
+    print_backward(console, report.backward)
+    print_decode(console, report.decode)
+    tiles = report.tiles
+    if tiles is not None:
+        shares = ", ".join(f"{tiles[k]:.1%} {k}" for k in ("empty", "partial", "full"))
+        console.print(f"tiles at seqlen {tiles['seqlen']} ({tiles['block_m']}x{tiles['block_n']}): {shares}"
+                      f"{tiles['note']}")
 
 
 def print_explain(console: Console, kernel_plan: KernelPlan, families: list[tuple[str, str]]) -> None:
@@ -56,6 +69,39 @@ def print_explain(console: Console, kernel_plan: KernelPlan, families: list[tupl
                   f"~{kernel_plan.regs_estimate} registers")
     console.print(rate_line(plan_rate(kernel_plan)), soft_wrap=True)
     console.print(f"reason: {escape(kernel_plan.reason)}", soft_wrap=True)
+
+
+def print_backward(console: Console, backward: dict[str, object]) -> None:
+    """The backward family chosen, every backward family's verdict, its kernels' lines, rate and reason."""
+    from rich.markup import escape
+
+    from .planning.throughput import rate_line
+
+    if "unavailable" in backward:
+        console.print(f"backward: [dim]{escape(str(backward['unavailable']))}[/]", soft_wrap=True)
+        return
+    console.print(f"backward: family {backward['family']}", soft_wrap=True)
+    families, lines, rate = backward["families"], backward["kernels"], backward["predicted"]
+    assert isinstance(families, dict) and isinstance(lines, list) and isinstance(rate, dict)
+    for name, why in families.items():
+        console.print(f"backward family {name}: {escape(str(why))}", soft_wrap=True)
+    for line in lines:
+        console.print(f"backward: {escape(str(line))}", soft_wrap=True)
+    console.print(f"backward {escape(rate_line(rate))}", soft_wrap=True)
+    console.print(f"backward reason: {escape(str(backward['reason']))}", soft_wrap=True)
+
+
+def print_decode(console: Console, decode: dict[str, object]) -> None:
+    """The decode family's lines (tiles, why, the split rule at example shapes), or why there is none."""
+    from rich.markup import escape
+
+    if "unavailable" in decode:
+        console.print(f"decode: [dim]{escape(str(decode['unavailable']))}[/]", soft_wrap=True)
+        return
+    lines = decode["lines"]
+    assert isinstance(lines, list)
+    for line in lines:
+        console.print(escape(str(line)), soft_wrap=True)
 
 
 def _candidate_order(cand: Candidate) -> tuple[int, float]:
