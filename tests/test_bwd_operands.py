@@ -11,7 +11,7 @@ import pytest
 from attngen.codegen.renderer import render
 from attngen.families import sm90_bwd
 from attngen.planning.archs import arch_info
-from attngen.planning.ir import HopperBwdPlan, HopperBwdTiling
+from attngen.planning.ir_bwd import HopperBwdPlan, HopperBwdTiling
 from attngen.planning.planner_bwd import plan_bwd
 from attngen.spec.model import Arch, AttentionSpec
 from attngen.toolchain import builder as build

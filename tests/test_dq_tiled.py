@@ -12,7 +12,7 @@ import torch
 from attngen.codegen.renderer import render
 from attngen.families import sm90_bwd, sm90_bwd_split
 from attngen.families import sm90_dq_tiles as tiles
-from attngen.planning.ir import HopperBwdPlan
+from attngen.planning.ir_bwd import HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
 from attngen.runtime import backward as rt
 from attngen.spec.model import Arch, AttentionSpec

@@ -9,7 +9,7 @@ from attngen.errors import PlanError
 from attngen.families.sm80_bwd import Sm80Backward, atomic_dq_cols, dkdv_registers, dkdv_smem, dq_smem
 from attngen.families.sm90_bwd_halves import staged_dq
 from attngen.planning.archs import arch_info
-from attngen.planning.ir import BwdPlan, HopperBwdPlan
+from attngen.planning.ir_bwd import BwdPlan, HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
 from attngen.spec.model import Arch, AttentionSpec
 
@@ -240,7 +240,7 @@ def test_sm90_mma_sync_backward_takes_the_grid_partition(head_dim: int, tile: tu
     keeps the rows partition (its dQ kernel has no grid)."""
     from attngen.families.sm80_bwd import dkdv_candidates, dkdv_cost, dkdv_smem_reads
     from attngen.planning.archs import arch_info
-    from attngen.planning.ir import DkdvTiling
+    from attngen.planning.ir_bwd import DkdvTiling
 
     info = arch_info(Arch.sm90)
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal", pipeline="multistage")

@@ -11,7 +11,7 @@ import pytest
 from attngen.errors import PlanError
 from attngen.families import sm90_bwd_halves as halves
 from attngen.planning.archs import arch_info
-from attngen.planning.ir import HopperBwdPlan
+from attngen.planning.ir_bwd import HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
 from attngen.spec.model import Arch, AttentionSpec
 

@@ -19,7 +19,7 @@ from attngen.families.sm90_bwd_split import (
     split_tiling,
 )
 from attngen.planning.archs import arch_info
-from attngen.planning.ir import HopperBwdPlan
+from attngen.planning.ir_bwd import HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
 from attngen.spec.model import Arch, AttentionSpec
 

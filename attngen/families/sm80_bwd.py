@@ -38,7 +38,8 @@ from ..features.mask import MASKS, mask_trait
 from ..features.variant import params_with_variant, variant_of
 from ..planning import shared
 from ..planning.archs import ArchInfo
-from ..planning.ir import BwdCost, BwdPlan, DkdvTiling, DqTiling, SmemRegions
+from ..planning.ir import SmemRegions
+from ..planning.ir_bwd import BwdCost, BwdPlan, DkdvTiling, DqTiling
 from ..planning.planner_bwd import BackwardFamily, LoadFunction, backward_cost, preprocess_us, wave_efficiency
 from ..planning.shared import kernel_name, swizzle_chunks
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, PipelineKind

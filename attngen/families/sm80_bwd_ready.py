@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.abi import BWD_PARAMS, with_variant
-from ..planning.ir import BwdPlan
+from ..planning.ir_bwd import BwdPlan
 from ..planning.planner_bwd import LoadFunction
 
 if TYPE_CHECKING:

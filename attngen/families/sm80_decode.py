@@ -27,7 +27,8 @@ from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
 from ..features.variant import params_with_variant, variant_of
 from ..planning.archs import ArchInfo, arch_info
-from ..planning.ir import DecodeCandidate, DecodePlan, DecodeTiling, SmemRegions
+from ..planning.ir import SmemRegions
+from ..planning.ir_decode import DecodeCandidate, DecodePlan, DecodeTiling
 from ..planning.planner_decode import MAX_DECODE_QUERY, PAGE_SIZES, DecodeFamily, DecodeShape, LaunchStep
 from ..planning.shared import resident_blocks, swizzle_chunks
 from ..planning.splits import MAX_SPLITS, SplitChoice, choose_splits

@@ -30,7 +30,8 @@ from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
 from ..features.variant import params_with_variant
 from ..planning.archs import ArchInfo, arch_info
-from ..planning.ir import HopperBwdPlan, HopperBwdTiling, SmemRegions
+from ..planning.ir import SmemRegions
+from ..planning.ir_bwd import HopperBwdPlan, HopperBwdTiling
 from ..planning.planner_bwd import BackwardFamily, LoadFunction
 from ..planning.shared import (
     ALIGN_SLACK,

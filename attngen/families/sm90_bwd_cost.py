@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..features.dtype import dtype_trait
 from ..features.mask import mask_trait
 from ..planning.archs import ArchInfo
-from ..planning.ir import BwdCost, HopperBwdTiling
+from ..planning.ir_bwd import BwdCost, HopperBwdTiling
 from ..planning.planner_bwd import backward_cost, preprocess_us, wave_efficiency
 from ..planning.shared import BWD_FLOPS_OVER_FWD, MUFU_PER_CLK, REF_HIDDEN, REF_SEQLEN, ref_forward_flops
 from ..spec.model import AttentionSpec

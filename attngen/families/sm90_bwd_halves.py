@@ -20,7 +20,8 @@ from ..codegen.wgmma import M, WgmmaOp
 from ..errors import PlanError
 from ..features.dtype import dtype_trait
 from ..planning.archs import ArchInfo
-from ..planning.ir import HopperBwdTiling, SmemRegions
+from ..planning.ir import SmemRegions
+from ..planning.ir_bwd import HopperBwdTiling
 from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
 from ..spec.model import AttentionSpec, SeqlensKind
 from .sm90_bwd_split import REG_OVERHEAD

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..codegen.abi import BWD_PARAMS, HOPPER_BWD_PARAMS, tile_table_entry, with_variant
-from ..planning.ir import HopperBwdPlan
+from ..planning.ir_bwd import HopperBwdPlan
 from ..planning.planner_bwd import LoadFunction
 from ..runtime import backward as rt
 from ..runtime import tile_table, tma

@@ -21,7 +21,8 @@ from ..features.dtype import dtype_trait
 from ..features.variant import variant_of
 from ..features.variant_cxx import score_grad_is_const
 from ..planning.archs import ArchInfo
-from ..planning.ir import HopperBwdTiling, SmemRegions, SplitRole
+from ..planning.ir import SmemRegions
+from ..planning.ir_bwd import HopperBwdTiling, SplitRole
 from ..planning.shared import ALIGN_SLACK, schedule_words, setmaxnreg_split
 from ..spec.model import AttentionSpec
 from .sm90_dq_tiles import TILED_DQ_PATH

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from ..features.variant import variant_of
-from ..planning.ir import HopperBwdPlan, HopperBwdTiling
+from ..planning.ir_bwd import HopperBwdPlan, HopperBwdTiling
 from ..spec.model import AttentionSpec, SeqlensKind
 
 #: The dK/dV kernel: waves of the GPU's SMs (one block each) that the tail covers, its chains the fewest whose blocks

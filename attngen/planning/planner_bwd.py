@@ -19,7 +19,7 @@ from ..errors import PlanError
 from ..families.base import Direction, KernelFamily
 from ..spec.model import Arch, AttentionSpec
 from .archs import ArchInfo, arch_info
-from .ir import BwdCost, BwdPlan, HopperBwdPlan
+from .ir_bwd import BwdCost, BwdPlan, HopperBwdPlan
 from .shared import BWD_FLOPS_OVER_FWD, REF_HIDDEN, REF_SEQLEN, ref_forward_flops
 
 if TYPE_CHECKING:

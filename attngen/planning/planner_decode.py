@@ -16,7 +16,7 @@ from ..errors import PlanError
 from ..families.base import Direction, KernelFamily
 from ..spec.model import Arch, AttentionSpec
 from .archs import arch_info
-from .ir import DecodePlan
+from .ir_decode import DecodePlan
 
 if TYPE_CHECKING:
     from ..toolchain.artifacts import KernelSource

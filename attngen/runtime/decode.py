@@ -29,7 +29,7 @@ from .variant_args import VariantArgs, prepare
 if TYPE_CHECKING:
     import torch
 
-    from ..planning.ir import DecodePlan
+    from ..planning.ir_decode import DecodePlan
 
 _LOG2E = math.log2(math.e)
 

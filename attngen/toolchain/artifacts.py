@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 
 class Plan(Protocol):
-    """What the plan of every kernel family has (planning.ir's KernelPlan, BwdPlan, HopperBwdPlan):
+    """What the plan of every kernel family has (planning.ir's KernelPlan, planning.ir_bwd's BwdPlan and HopperBwdPlan):
     what the cache, the compiler and the manifest read."""
 
     @property
