@@ -204,6 +204,7 @@ def test_page_divisor_divides_every_key_exactly(page: int) -> None:
 
 
 def test_dram_gbps_is_two_transfers_a_memory_clock_over_the_bus(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attngen.errors import LaunchError
     from attngen.runtime import device, driver
 
     attributes = {"MEMORY_CLOCK_RATE": 3201000, "GLOBAL_MEMORY_BUS_WIDTH": 6144}   # an H200's, in kHz and bits
@@ -214,5 +215,12 @@ def test_dram_gbps_is_two_transfers_a_memory_clock_over_the_bus(monkeypatch: pyt
         attributes["MEMORY_CLOCK_RATE"] = 0
         device.dram_gbps.cache_clear()
         assert device.dram_gbps(0) is None
+
+        def refused(index: int, name: str) -> int:
+            raise LaunchError(f"cuDeviceGetAttribute({name}) failed: CUDA_ERROR_INVALID_VALUE")
+
+        monkeypatch.setattr(driver, "device_attribute", refused)
+        device.dram_gbps.cache_clear()
+        assert device.dram_gbps(0) is None      # a driver that refuses the question: the arch's figure, no error
     finally:
         device.dram_gbps.cache_clear()

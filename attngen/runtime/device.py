@@ -43,11 +43,15 @@ def sm_count(index: int) -> int:
 def dram_gbps(index: int) -> float | None:
     """Device `index`'s peak DRAM bandwidth in GB/s: two transfers a memory clock over its bus (H100 SXM: 2619 MHz
     x 5120 bits, 3352 GB/s; H200: 3201 MHz x 6144 bits, 4917 GB/s), asked once per device; None where the driver
-    reports no memory clock (the callers then take their arch's figure)."""
+    reports no memory clock or refuses the question (the callers then take their arch's figure)."""
+    from ..errors import LaunchError
     from .driver import device_attribute
 
-    clock_khz = device_attribute(index, "MEMORY_CLOCK_RATE")
-    bus_bits = device_attribute(index, "GLOBAL_MEMORY_BUS_WIDTH")
+    try:
+        clock_khz = device_attribute(index, "MEMORY_CLOCK_RATE")
+        bus_bits = device_attribute(index, "GLOBAL_MEMORY_BUS_WIDTH")
+    except LaunchError:
+        return None
     return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz > 0 and bus_bits > 0 else None
 
 
