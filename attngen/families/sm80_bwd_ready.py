@@ -16,7 +16,7 @@ from ..planning.planner_bwd import LoadFunction
 if TYPE_CHECKING:
     import torch
 
-#: Threads of an atomic plan's dq_convert block (kConvertThreads in bwd_kernels.cuh.j2).
+#: Threads of an atomic plan's dq_convert block (kConvertThreads in bwd_dq_convert.cuh.j2).
 DQ_CONVERT_THREADS = 128
 
 

@@ -1,6 +1,6 @@
 """The sm90 backward's tile-ordered dQ accumulator (HopperBwdTiling.dq_red) on the host: the layout arithmetic the
-kernels share (dq_box, red_dq_frags and dq_convert in templates/common/hopper_bwd.cuh.j2), for the launcher and the
-tests. The accumulator itself is runtime.backward.buffers(tiled_dq=True): (heads, rows_stride, head_dim) fp32, each
+kernels share (dq_box and red_dq_frags in templates/common/hopper_bwd_dq.cuh.j2, dq_convert in
+hopper_dq_convert.cuh.j2), for the launcher and the tests. The accumulator itself is runtime.backward.buffers(tiled_dq=True): (heads, rows_stride, head_dim) fp32, each
 entry's query tiles where the padded row buffers have them (padded_rows_offset)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-#: Threads of a dq_convert block (kConvertThreads in hopper_bwd.cuh.j2).
+#: Threads of a dq_convert block (kConvertThreads in hopper_dq_convert.cuh.j2).
 DQ_CONVERT_THREADS = 256
 #: How dQ reaches a tile-ordered accumulator and dQ, for plan_line and explain (both consumer structures).
 TILED_DQ_PATH = "red.global.add.v4.f32 into a tile-ordered accumulator, then dq_convert"
@@ -23,7 +23,7 @@ DQ_BOX = 64
 
 def tiled_dq_box(block_m: int, head_dim: int, row0: int, col0: int) -> int:
     """The index of the box at query row row0, column col0 of a block_m x head_dim tile: boxes in row-major order
-    (kDqBoxes x kHeadDim / 64 of them; dq_box in hopper_bwd.cuh.j2)."""
+    (kDqBoxes x kHeadDim / 64 of them; dq_box in hopper_bwd_dq.cuh.j2)."""
     if row0 % DQ_BOX or col0 % DQ_BOX or not (0 <= row0 < block_m and 0 <= col0 < head_dim):
         raise ValueError(f"({row0}, {col0}) is not a {DQ_BOX}-aligned box of a {block_m} x {head_dim} tile")
     return row0 // DQ_BOX * (head_dim // DQ_BOX) + col0 // DQ_BOX
