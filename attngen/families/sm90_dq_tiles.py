@@ -1,7 +1,8 @@
 """The sm90 backward's tile-ordered dQ accumulator (HopperBwdTiling.dq_red) on the host: the layout arithmetic the
 kernels share (dq_box and red_dq_frags in templates/common/hopper_bwd_dq.cuh.j2, dq_convert in
-hopper_dq_convert.cuh.j2), for the launcher and the tests. The accumulator itself is runtime.backward.buffers(tiled_dq=True): (heads, rows_stride, head_dim) fp32, each
-entry's query tiles where the padded row buffers have them (padded_rows_offset)."""
+hopper_dq_convert.cuh.j2), for the launcher and the tests. The accumulator itself is
+runtime.backward.buffers(tiled_dq=True): (heads, rows_stride, head_dim) fp32, each entry's query tiles where the
+padded row buffers have them (padded_rows_offset)."""
 
 from __future__ import annotations
 
