@@ -49,11 +49,11 @@ FULL_WAVE = 0.8
 PAIR_SATURATING = 0.9
 #: What one decode block streams from DRAM, one block per SM (the plan's ~128 KB of K/V in flight): batch 8 x 8 KV
 #: heads unsplit over 32k keys, 64 blocks, read 2945 GB/s on the H100 (364.6 us, split_rule/) and 3000 GB/s on
-#: the H200 (358 us, h200/refresh_1): ~47 GB/s a block on both, the blocks' bytes in flight over DRAM's latency.
+#: the H200 (358 us, h200/refresh_1): ~47 GB/s a block on both, a rate of the block's own issue, not of the memory.
 BLOCK_STREAM_GBPS = 47.0
 #: Share of the device's DRAM bandwidth (its peak: memory clock x bus width) the unsplit blocks' streams must reach
 #: for the pairs' rule to keep them unsplit. The H100's 64 blocks reach 0.90 of its 3352 GB/s and ran best unsplit;
-#: the H200's reach 0.61 of 4915 and ran 36% slower than two splits.
+#: the H200's reach 0.62 of the 4814 GB/s its driver reports and ran 35% slower than two splits (splits_1).
 STREAM_SATURATING = 0.8
 #: Splits the balancing rule takes at most, the K/V tiles each keeps at least, and the wave fill it asks.
 BALANCE_SPLITS = 8
