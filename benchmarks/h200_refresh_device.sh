@@ -2,7 +2,8 @@
 # A baseline on a new device kind (the H200 that the device tool lends now), in one call (~8 min): the GPU tests of
 # the decode kernels (their own checks included), then attngen beside FlashAttention-4 on the same GPU:
 #   1. the forward, alternated per repetition (bwd_interleaved.py --forward), hd64/128/256 at 2k/8k/16k;
-#   2. the backward, alternated likewise, hd64/128 at 2k/8k/16k;
+#   2. the backward, alternated likewise, hd64/128 at 2k/8k/16k, by CUDA events around calls back to back (a kernel
+#      sum counts the overlapped dq_convert's wait; results/h200/refresh_1 ran with the sum);
 #   3. `attngen bench --decode` with FA2 and cuDNN (SDPA) and FA4, against the copy bandwidth of the same run;
 #   4. with PREV_TEMPLATES (another tree's templates/), the decode kernels' graph times of that tree and this one,
 #      alternated (decode_combine_cost.py).
@@ -40,8 +41,8 @@ fi
 timeout "${FWD_LIMIT:-170}" python3 benchmarks/bwd_interleaved.py --forward --head-dims 64,128,256 \
   --seqlens 2048,8192,16384 --reps "${REPS:-3}" --kinds attngen,fa4 > "$dir/fwd_fa4.txt" 2>&1
 echo "forward x FA4 rc $? after ${SECONDS}s" >> "$summary"; grep speed "$dir/fwd_fa4.txt" >> "$summary"
-timeout "${BWD_LIMIT:-150}" python3 benchmarks/bwd_interleaved.py --head-dims 64,128 --seqlens 2048,8192,16384 \
-  --reps "${REPS:-3}" --kinds attngen,fa4 > "$dir/bwd_fa4.txt" 2>&1
+timeout "${BWD_LIMIT:-150}" python3 benchmarks/bwd_interleaved.py --timer events --head-dims 64,128 \
+  --seqlens 2048,8192,16384 --reps "${REPS:-3}" --kinds attngen,fa4 > "$dir/bwd_fa4.txt" 2>&1
 echo "backward x FA4 rc $? after ${SECONDS}s" >> "$summary"; grep speed "$dir/bwd_fa4.txt" >> "$summary"
 python3 -m attngen bench --decode --budget-s "${DECODE_BUDGET_S:-100}" --out "$dir/decode" > "$dir/decode.log" 2>&1
 echo "decode rc $? after ${SECONDS}s" >> "$summary"; grep "^| " "$dir/decode/decode.md" >> "$summary" 2>/dev/null
