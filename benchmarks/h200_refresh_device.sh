@@ -7,7 +7,8 @@
 #   3. `attngen bench --decode` with FA2 and cuDNN (SDPA) and FA4, against the copy bandwidth of the same run;
 #   4. with PREV_TEMPLATES (another tree's templates/), the decode kernels' graph times of that tree and this one,
 #      alternated (decode_combine_cost.py).
-# FWD_HEAD_DIMS, BWD_HEAD_DIMS (64,128,256 and 64,128 by default) choose the head dims. Carry .whl and .fa4whl; move generated/ and benchmarks/results/ out of the tree for the call (64 MiB).
+# FWD_HEAD_DIMS, BWD_HEAD_DIMS (64,128,256 and 64,128 by default) choose the head dims. Carry .whl and .fa4whl;
+# move generated/ and benchmarks/results/ out of the tree for the call (64 MiB).
 # Writes $OUT/gpu.txt, $OUT/summary.txt and $OUT/refresh.tgz (every log and report).
 . benchmarks/device_env.sh
 fa4_peer || exit 1
@@ -41,8 +42,8 @@ fi
 timeout "${FWD_LIMIT:-170}" python3 benchmarks/bwd_interleaved.py --forward --head-dims "${FWD_HEAD_DIMS:-64,128,256}" \
   --seqlens 2048,8192,16384 --reps "${REPS:-3}" --kinds attngen,fa4 > "$dir/fwd_fa4.txt" 2>&1
 echo "forward x FA4 rc $? after ${SECONDS}s" >> "$summary"; grep speed "$dir/fwd_fa4.txt" >> "$summary"
-timeout "${BWD_LIMIT:-150}" python3 benchmarks/bwd_interleaved.py --timer events --head-dims "${BWD_HEAD_DIMS:-64,128}" \
-  --seqlens 2048,8192,16384 --reps "${REPS:-3}" --kinds attngen,fa4 > "$dir/bwd_fa4.txt" 2>&1
+timeout "${BWD_LIMIT:-150}" python3 benchmarks/bwd_interleaved.py --timer events \
+  --head-dims "${BWD_HEAD_DIMS:-64,128}" --seqlens 2048,8192,16384 --reps "${REPS:-3}" --kinds attngen,fa4 > "$dir/bwd_fa4.txt" 2>&1
 echo "backward x FA4 rc $? after ${SECONDS}s" >> "$summary"; grep speed "$dir/bwd_fa4.txt" >> "$summary"
 python3 -m attngen bench --decode --budget-s "${DECODE_BUDGET_S:-100}" --out "$dir/decode" > "$dir/decode.log" 2>&1
 echo "decode rc $? after ${SECONDS}s" >> "$summary"; grep "^| " "$dir/decode/decode.md" >> "$summary" 2>/dev/null
