@@ -47,3 +47,6 @@ def test_explain_reports_what_an_arch_lacks_and_refuses_bad_arguments() -> None:
         attngen.explain(SPEC, "sm99")
     with pytest.raises(ValueError, match="seqlen"):
         attngen.explain(SPEC, "sm90", seqlen=0)
+    assert attngen.explain(SPEC).plan.arch.value == "sm90"     # the spec's first arch
+    with pytest.raises(ValueError, match="names no arch: pass arch="):
+        attngen.explain(attngen.AttentionSpec(name="n", head_dim=64, dtype="bf16"))

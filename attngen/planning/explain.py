@@ -39,17 +39,22 @@ class Explanation:
         return out
 
 
-def explain(spec: AttentionSpec | str | os.PathLike[str], arch: Arch | str, *,
+def explain(spec: AttentionSpec | str | os.PathLike[str], arch: Arch | str | None = None, *,
             seqlen: int | None = None) -> Explanation:
-    """Plan `spec` (an AttentionSpec or a YAML path) on `arch` and say why: PlanError when no forward family serves
-    it there (the backward and the decode report their own refusals inside). `seqlen` adds the mask's tile shares
-    at seqlen x seqlen."""
+    """Plan `spec` (an AttentionSpec or a YAML path) on `arch` (default: the spec's first arch) and say why:
+    PlanError when no forward family serves it there (the backward and the decode report their own refusals
+    inside). `seqlen` adds the mask's tile shares at seqlen x seqlen."""
     from .planner import considered, plan
 
     if not isinstance(spec, AttentionSpec):
         from ..spec.loader import load_spec
 
         spec = load_spec(spec)
+    if arch is None:
+        if not spec.arch:
+            allowed = ", ".join(a.value for a in Arch)
+            raise ValueError(f"spec '{spec.name}' names no arch: pass arch= (one of {allowed})")
+        arch = spec.arch[0]
     arch = Arch(arch)
     if seqlen is not None and seqlen < 1:
         raise ValueError(f"seqlen must be a positive length, got {seqlen}")
