@@ -207,20 +207,37 @@ def test_dram_gbps_is_two_transfers_a_memory_clock_over_the_bus(monkeypatch: pyt
     from attngen.errors import LaunchError
     from attngen.runtime import device, driver
 
-    attributes = {"MEMORY_CLOCK_RATE": 3201000, "GLOBAL_MEMORY_BUS_WIDTH": 6144}   # an H200's, in kHz and bits
-    monkeypatch.setattr(driver, "device_attribute", lambda index, name: attributes[name])
+    interface = [3201000, 6144]   # an H200's memory clock and bus, in kHz and bits
+    monkeypatch.setattr(driver, "memory_interface", lambda index: tuple(interface))
     device.dram_gbps.cache_clear()
     try:
         assert device.dram_gbps(0) == pytest.approx(4917.0, abs=0.5)
-        attributes["MEMORY_CLOCK_RATE"] = 0
+        interface[0] = 0
         device.dram_gbps.cache_clear()
         assert device.dram_gbps(0) is None
 
-        def refused(index: int, name: str) -> int:
-            raise LaunchError(f"cuDeviceGetAttribute({name}) failed: CUDA_ERROR_INVALID_VALUE")
+        def refused(index: int) -> tuple[int, int]:
+            raise LaunchError("cuDeviceGetAttribute(MEMORY_CLOCK_RATE) failed: CUDA_ERROR_INVALID_VALUE")
 
-        monkeypatch.setattr(driver, "device_attribute", refused)
+        monkeypatch.setattr(driver, "memory_interface", refused)
         device.dram_gbps.cache_clear()
         assert device.dram_gbps(0) is None      # a driver that refuses the question: the arch's figure, no error
     finally:
         device.dram_gbps.cache_clear()
+
+
+def test_memory_interface_asks_the_driver_for_the_clock_and_the_bus(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from cuda.bindings import driver as cuda
+
+    from attngen.runtime import driver
+
+    values = {cuda.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: 3201000,
+              cuda.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: 6144}
+    ok = cuda.CUresult.CUDA_SUCCESS
+    fake = SimpleNamespace(CUresult=cuda.CUresult, CUdevice_attribute=cuda.CUdevice_attribute,
+                           cuInit=lambda flags: (ok,), cuDeviceGet=lambda index: (ok, 100 + index),
+                           cuDeviceGetAttribute=lambda attribute, dev: (ok, values[attribute] + dev - 101))
+    monkeypatch.setattr(driver, "_driver", lambda: fake)
+    assert driver.memory_interface(1) == (3201000, 6144)

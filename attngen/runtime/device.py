@@ -45,11 +45,10 @@ def dram_gbps(index: int) -> float | None:
     x 5120 bits, 3352 GB/s; H200: 3201 MHz x 6144 bits, 4917 GB/s), asked once per device; None where the driver
     reports no memory clock or refuses the question (the callers then take their arch's figure)."""
     from ..errors import LaunchError
-    from .driver import device_attribute
+    from .driver import memory_interface
 
     try:
-        clock_khz = device_attribute(index, "MEMORY_CLOCK_RATE")
-        bus_bits = device_attribute(index, "GLOBAL_MEMORY_BUS_WIDTH")
+        clock_khz, bus_bits = memory_interface(index)
     except LaunchError:
         return None
     return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz > 0 and bus_bits > 0 else None

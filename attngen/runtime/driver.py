@@ -48,14 +48,17 @@ def ensure_context(device_index: int) -> None:
     check_result(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
-def device_attribute(device_index: int, name: str) -> int:
-    """The driver's attribute CU_DEVICE_ATTRIBUTE_<name> of device `device_index` (cuDeviceGetAttribute)."""
+def memory_interface(device_index: int) -> tuple[int, int]:
+    """Device `device_index`'s memory clock in kHz and its memory bus width in bits (cuDeviceGetAttribute)."""
     driver = _driver()
     check_result(driver.cuInit(0), "cuInit")
     (device,) = check_result(driver.cuDeviceGet(device_index), "cuDeviceGet")
-    attribute = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
-    (value,) = check_result(driver.cuDeviceGetAttribute(attribute, device), f"cuDeviceGetAttribute({name})")
-    return int(value)
+    attribute = driver.CUdevice_attribute
+    (clock_khz,) = check_result(driver.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, device),
+                                "cuDeviceGetAttribute(MEMORY_CLOCK_RATE)")
+    (bus_bits,) = check_result(driver.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH,
+                                                           device), "cuDeviceGetAttribute(GLOBAL_MEMORY_BUS_WIDTH)")
+    return int(clock_khz), int(bus_bits)
 
 
 @dataclass
