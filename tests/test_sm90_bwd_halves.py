@@ -175,3 +175,34 @@ def test_masked_steps_carry_their_products_into_the_next_step() -> None:
         assert not any(r.wgmma_serialized or r.spill_stores for r in cubin.resources), cubin.resources
         ops = opcodes(disassemble(cubin.data))
         assert ops["HGMMA"] == 120 and ops["WARPGROUP"] <= 16, (ops["HGMMA"], ops["WARPGROUP"])
+
+
+def test_dv_is_issued_before_the_dp_wait_where_p_comes_first() -> None:
+    """DV_EARLY: each warpgroup stores its P^T rows and issues dV^T's product (12 HGMMAs: three 64-row boxes x four
+    k-steps) after its exps and before dP's wait, so the dS values and the dS^T stores run under it; a softcap's
+    derivative varies per element (P and dS in one pass after the wait) and keeps the late order. No spill, the
+    wgmmas kept in flight, the same 120 HGMMAs."""
+    from attngen.toolchain.sass import disassemble
+
+    for mask in ("none", "causal"):
+        spec = AttentionSpec(name=f"early_{mask}", head_dim=192, dtype="bf16", mask=mask)
+        assert halves.dv_early(spec)
+        cubin = build.build_bwd(spec, "sm90")
+        assert cubin.source.plan.dkdv_wgmma.dv_early
+        assert "constexpr bool kDvEarly = true;" in cubin.source.code
+        assert not any(r.wgmma_serialized or r.spill_stores for r in cubin.resources), cubin.resources
+        runs: list[list[object]] = []   # [opcode family, count] runs of the instructions that order a step
+        for line in disassemble(cubin.data).splitlines():
+            m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+            if m and m.group(1) in ("HGMMA", "MUFU", "STSM", "BAR"):
+                if runs and runs[-1][0] == m.group(1):
+                    runs[-1][1] += 1   # type: ignore[operator]
+                else:
+                    runs.append([m.group(1), 1])
+        first_exps = next(i for i, (op, _) in enumerate(runs) if op == "MUFU" and _ >= 16)
+        after = [op if op != "HGMMA" else f"HGMMA{n}" for op, n in runs[first_exps + 1:first_exps + 6]]
+        assert after[:4] == ["STSM", "BAR", "HGMMA12", "BAR"], after   # P^T, its barrier, dV^T, then the dS^T barrier
+    softcap = AttentionSpec(name="early_softcap", head_dim=192, dtype="bf16", mask="causal",
+                            score_mod={"softcap": 30.0})
+    assert not halves.dv_early(softcap)
+    assert not plan_bwd(softcap, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]

@@ -56,6 +56,12 @@ STAGED_WG = 1
 #: runs), so masked specs only. Module constants for the device A/B.
 CARRY_PRODUCTS_MASKED = True
 CARRY_PRODUCTS_UNMASKED = False
+#: A warpgroup stores its P^T rows and issues dV^T's product before it waits for dP (HopperBwdTiling.dv_early), where
+#: P comes before dP (a score mod's derivative that varies per element takes both in one pass). Why: the two
+#: warpgroups meet at the dS^T barriers every step, so after dP's product the tensor pipe idled through both
+#: warpgroups' dS values, the stores and two barriers; FlashAttention-4 issues dV before dS at hd192. Module constant
+#: for the device A/B.
+DV_EARLY = True
 
 
 def halves_refusal(spec: AttentionSpec) -> str | None:
@@ -127,9 +133,18 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                                    smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                                    schedule_words=schedule_words(spec), kv_halves=True, dq_red=True,
                                    dq_bulk=staged, ordered_dq=spec.deterministic,
-                                   carry_products=carries_products(spec))
+                                   carry_products=carries_products(spec), dv_early=dv_early(spec))
         needs.append(f"{stages} stages {layout.total_bytes} B")
     raise PlanError(f"head_dim {d}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B per block")
+
+
+def dv_early(spec: AttentionSpec) -> bool:
+    """Whether dV^T's product is issued before dP's wait: DV_EARLY where P comes out before dP (no score mod whose
+    derivative varies per element)."""
+    from ..features.variant import variant_of
+    from ..features.variant_cxx import score_grad_is_const
+
+    return DV_EARLY and score_grad_is_const(variant_of(spec))
 
 
 def carries_products(spec: AttentionSpec) -> bool:
@@ -161,5 +176,6 @@ def halves_line(t: HopperBwdTiling, head_dim: int) -> str:
     how = (f"wg{STAGED_WG}'s staged in fragment order and added by one bulk reduction, the other's from registers by "
            "red.global.add.v4.f32" if t.dq_bulk else "added from registers by red.global.add.v4.f32")
     carry = ", a step's dV^T and dK^T running on into the next step's S" if t.carry_products else ""
+    carry = (", dV^T issued before dP's wait" if t.dv_early else "") + carry
     return (f"KV rows halved between {WGS} warpgroups ({'; '.join(cols)}), dK^T and dV^T at the full head dim, "
             f"dQ {how} into a tile-ordered accumulator{order}{carry}")

@@ -138,6 +138,10 @@ class HopperBwdTiling(IRModel):
     #: wait for its S waits for them too and then frees their Q/dO stage, instead of waiting for them at the step's end:
     #: the tensor pipe goes on from one step's products into the next step's S without draining in between.
     carry_products: bool = False
+    #: With kv_halves: a warpgroup stores its P^T rows and issues dV^T += dO^T P before it waits for dP, so that the dS
+    #: values, their stores and the warpgroups' barriers run under that product (FlashAttention-4's order at hd192);
+    #: else dV^T after dQ's product, beside dK^T.
+    dv_early: bool = False
 
     @property
     def dq_swap(self) -> bool:
