@@ -265,10 +265,11 @@ def test_deterministic_gradients_are_bitwise_equal(mask: str, head_dim: int, win
                           ("causal", None, True), ("sliding_window", (200, 0), True)])
 def test_carried_products_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                   window: tuple[int, int] | None, deterministic: bool) -> None:
-    """hd192's steps with their dV^T and dK^T products carried into the next step (sm90_bwd_halves.CARRY_PRODUCTS_*:
-    the first step's products overwrite the accumulators, a block with no query tile writes zeros) give dK and dV
-    bitwise equal to the steps that wait for them (the same products in the same order), dQ too where it is ordered,
-    and exact gradients; the window's one-query shape leaves KV blocks with no query tile."""
+    """hd192's steps with their dV^T and dK^T products carried into the next step (sm90_bwd_halves.CARRY_PRODUCTS_*,
+    with dV^T early where the plan issues it so: the first step's products overwrite the accumulators, a block with no
+    query tile writes zeros) give dK and dV bitwise equal to the steps that wait for them (the same products in the same
+    order), dQ too where it is ordered, and exact gradients; the window's one-query shape leaves KV blocks with no query
+    tile."""
     from attngen.families import sm90_bwd_halves
 
     arch = attngen.runtime.kernel.current_arch()
@@ -281,6 +282,7 @@ def test_carried_products_give_the_same_gradients(monkeypatch: pytest.MonkeyPatc
         with monkeypatch.context() as m:
             m.setattr(sm90_bwd_halves, "CARRY_PRODUCTS_MASKED", carry)
             m.setattr(sm90_bwd_halves, "CARRY_PRODUCTS_UNMASKED", carry)
+            m.setattr(sm90_bwd_halves, "CARRY_PRODUCTS_DV_EARLY", carry)
             spec = AttentionSpec(name=f"carry{int(carry)}_{mask}_{int(deterministic)}", head_dim=192, dtype="bf16",
                                  mask=mask, deterministic=deterministic, **extra)
             kernel = _kernel(spec)
@@ -294,14 +296,15 @@ def test_carried_products_give_the_same_gradients(monkeypatch: pytest.MonkeyPatc
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
-@pytest.mark.parametrize(("mask", "window", "deterministic"),
+@pytest.mark.parametrize(("mask", "window", "carry"),
                          [("none", None, False), ("causal", None, False), ("sliding_window", (200, 0), False),
                           ("causal", None, True), ("none", None, True)])
 def test_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
-                                                  window: tuple[int, int] | None, deterministic: bool) -> None:
+                                                  window: tuple[int, int] | None, carry: bool) -> None:
     """hd192's steps with dV^T's product issued before dP's wait (sm90_bwd_halves.DV_EARLY) give dK and dV bitwise equal
-    to the steps that issue it after dQ's (the same products over the same tiles), dQ too where it is ordered, and exact
-    gradients; with GQA, lengths off the step, and the window's one-query shape (KV blocks with no query tile)."""
+    to the steps that issue it after dQ's (the same products over the same tiles), and exact gradients; with GQA,
+    lengths off the step, and the window's one-query shape (KV blocks with no query tile). With and without a step's
+    products carried into the next (both orders alike)."""
     from attngen.families import sm90_bwd_halves
 
     arch = attngen.runtime.kernel.current_arch()
@@ -313,15 +316,18 @@ def test_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatc
     for early in (False, True):
         with monkeypatch.context() as m:
             m.setattr(sm90_bwd_halves, "DV_EARLY", early)
-            spec = AttentionSpec(name=f"dv_early{int(early)}_{mask}_{int(deterministic)}", head_dim=192, dtype="bf16",
-                                 mask=mask, deterministic=deterministic, **extra)
+            for name in ("CARRY_PRODUCTS_MASKED", "CARRY_PRODUCTS_UNMASKED", "CARRY_PRODUCTS_DV_EARLY"):
+                m.setattr(sm90_bwd_halves, name, carry)
+            spec = AttentionSpec(name=f"dv_early{int(early)}_{mask}_{int(carry)}", head_dim=192, dtype="bf16",
+                                 mask=mask, **extra)
             kernel = _kernel(spec)
-            assert kernel.backward.cubin(arch).source.plan.dkdv_wgmma.dv_early == early
+            t = kernel.backward.cubin(arch).source.plan.dkdv_wgmma
+            assert (t.dv_early, t.carry_products) == (early, carry)
             runs[early] = [_grads(kernel, *_inputs(spec, shape, seed=700 + i)) for i, shape in enumerate(shapes)]
     for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
         for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
             assert g.isfinite().all(), f"{shape}: {name} not finite"
-            if name != "dq" or deterministic:
+            if name != "dq":
                 assert torch.equal(g, w), f"{shape}: {name} differs from the steps that issue dV^T late"
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 

@@ -157,14 +157,20 @@ def test_a_mask_tested_per_element_compiles_without_spills() -> None:
     assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
 
 
-def test_masked_steps_carry_their_products_into_the_next_step() -> None:
-    """Masked specs leave a step's dV^T and dK^T running into the next step (CARRY_PRODUCTS_MASKED), unmasked ones wait
-    for them (CARRY_PRODUCTS_UNMASKED). Carried, no other instruction defines the accumulators while a product is in
-    flight across the loop's back edge (the first step's products overwrite them): ptxas keeps the wgmmas in flight
-    (a zero-initialised accumulator made it serialize every one, C7515: a warpgroup arrive and wait around each of the
-    120 HGMMAs), and the step's last wait is gone from the loop."""
+def test_masked_steps_carry_their_products_into_the_next_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where dV^T goes late (the deterministic plans; here DV_EARLY off), masked specs leave a step's dV^T and dK^T
+    running into the next step (CARRY_PRODUCTS_MASKED), unmasked ones wait for them (CARRY_PRODUCTS_UNMASKED); with dV^T
+    early no spec carries them (CARRY_PRODUCTS_DV_EARLY). Carried, no other instruction defines the accumulators while a
+    product is in flight across the loop's back edge (the first step's products overwrite them): ptxas keeps the wgmmas
+    in flight (a zero-initialised accumulator made it serialize every one, C7515: a warpgroup arrive and wait around
+    each of the 120 HGMMAs), and the step's last wait is gone from the loop."""
     from attngen.toolchain.sass import disassemble, opcodes
 
+    for mask in ("causal", "none"):
+        spec = AttentionSpec(name="carry_early", head_dim=192, dtype="bf16", mask=mask)
+        assert halves.dv_early(spec) and not halves.carries_products(spec)
+        assert halves.carries_products(spec.model_copy(update={"deterministic": True})) == (mask == "causal")
+    monkeypatch.setattr(halves, "DV_EARLY", False)
     for mask, carried in (("causal", True), ({"kind": "sliding_window", "window": [256, 0]}, True), ("none", False)):
         spec = AttentionSpec(name=f"carry_{carried}", head_dim=192, dtype="bf16", mask=mask)
         assert halves.carries_products(spec) == carried

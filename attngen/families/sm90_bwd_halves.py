@@ -57,11 +57,16 @@ STAGED_WG = 1
 CARRY_PRODUCTS_MASKED = True
 CARRY_PRODUCTS_UNMASKED = False
 #: A warpgroup stores its P^T rows and issues dV^T's product before it waits for dP (HopperBwdTiling.dv_early), where
-#: P comes before dP (a score mod's derivative that varies per element takes both in one pass). Why: the two
-#: warpgroups meet at the dS^T barriers every step, so after dP's product the tensor pipe idled through both
-#: warpgroups' dS values, the stores and two barriers; FlashAttention-4 issues dV before dS at hd192. Module constant
-#: for the device A/B.
+#: P comes before dP (a score mod's derivative that varies per element takes both in one pass) and dQ is not ordered.
+#: Why: the two warpgroups meet at the dS^T barriers every step, so after dP's product the tensor pipe idled through
+#: both warpgroups' dS values, the stores and two barriers; FlashAttention-4 issues dV before dS at hd192. Measured on
+#: the H200 (results/h200/hd192_dv_early, alternated by CUDA events against the late order): unmasked +1.2-6.0% at
+#: 2k-16k; causal level with the carried products and +1.6-3.1% over them without (CARRY_PRODUCTS_DV_EARLY); the
+#: deterministic plans level unmasked and 2-3% slower causal, so not where dQ is ordered. Module constant for the A/B.
 DV_EARLY = True
+#: With dv_early, a step's dV^T and dK^T carried into the next step (the early dV^T already keeps the tensor pipe busy
+#: across the step): measured slower both ways on the H200, unmasked x0.97, causal x0.97-0.98 (orders_2).
+CARRY_PRODUCTS_DV_EARLY = False
 
 
 def halves_refusal(spec: AttentionSpec) -> str | None:
@@ -140,19 +145,22 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
 
 def dv_early(spec: AttentionSpec) -> bool:
     """Whether dV^T's product is issued before dP's wait: DV_EARLY where P comes out before dP (no score mod whose
-    derivative varies per element)."""
+    derivative varies per element) and dQ is not ordered (deterministic)."""
     from ..features.variant import variant_of
     from ..features.variant_cxx import score_grad_is_const
 
-    return DV_EARLY and score_grad_is_const(variant_of(spec))
+    return DV_EARLY and not spec.deterministic and score_grad_is_const(variant_of(spec))
 
 
 def carries_products(spec: AttentionSpec) -> bool:
-    """Whether a step's dV^T and dK^T products run on into the next step: CARRY_PRODUCTS_UNMASKED where no mask hides
-    a key (the kernels' Var::kDense), else CARRY_PRODUCTS_MASKED."""
+    """Whether a step's dV^T and dK^T products run on into the next step: CARRY_PRODUCTS_DV_EARLY where dv_early(),
+    else CARRY_PRODUCTS_UNMASKED where no mask hides a key (the kernels' Var::kDense) and CARRY_PRODUCTS_MASKED where
+    one does."""
     from ..features.variant import variant_of
     from ..features.variant_cxx import hides_keys
 
+    if dv_early(spec):
+        return CARRY_PRODUCTS_DV_EARLY
     return CARRY_PRODUCTS_MASKED if hides_keys(variant_of(spec)) else CARRY_PRODUCTS_UNMASKED
 
 
