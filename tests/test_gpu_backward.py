@@ -332,6 +332,36 @@ def test_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatc
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
+@pytest.mark.parametrize(("mask", "window"), [("none", None), ("causal", None), ("sliding_window", (200, 0))])
+def test_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
+                                                        window: tuple[int, int] | None) -> None:
+    """hd256's split with each warpgroup's dV product issued once P^T is stored (sm90_bwd_split.DV_EARLY) gives dK and
+    dV bitwise equal to the split that issues it with dK (the same products over the same tiles), and exact
+    gradients; with GQA, lengths off the step and a one-query shape."""
+    from attngen.families import sm90_bwd_split
+
+    arch = attngen.runtime.kernel.current_arch()
+    if arch.value != "sm90":
+        pytest.skip("the wgmma backward runs on sm90")
+    extra = {"window": window} if window else {}
+    shapes = [(1, 1000, 1000, 4, 2), (2, 300, 1100, 2, 1), (1, 1, 1000, 4, 2)]
+    runs: dict[bool, list[tuple[torch.Tensor, ...]]] = {}
+    for early in (False, True):
+        with monkeypatch.context() as m:
+            m.setattr(sm90_bwd_split, "DV_EARLY", early)
+            spec = AttentionSpec(name=f"split_dv_early{int(early)}_{mask}", head_dim=256, dtype="bf16", mask=mask,
+                                 **extra)
+            kernel = _kernel(spec)
+            assert kernel.backward.cubin(arch).source.plan.dkdv_wgmma.dv_early == early
+            runs[early] = [_grads(kernel, *_inputs(spec, shape, seed=800 + i)) for i, shape in enumerate(shapes)]
+    for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
+        for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
+            assert g.isfinite().all(), f"{shape}: {name} not finite"
+            if name != "dq":
+                assert torch.equal(g, w), f"{shape}: {name} differs from the split that issues dV with dK"
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 def test_the_causal_tail_order_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, head_dim: int) -> None:
     """A causal mask's last chains dealt heaviest block first (sm90_tail_order.BWD_TAIL_WAVES) give dK and dV bitwise

@@ -279,3 +279,31 @@ def test_ordered_dq_reads_its_chains_from_the_parameters_and_the_default_keeps_t
         code = build.build_bwd(spec, "sm90").source.code
         assert "p.dq_chains" in code and "int dq_chains;" in code
         assert f"constexpr bool kOrderedDq = {'true' if deterministic else 'false'};" in code
+
+
+def test_dv_is_issued_once_p_is_stored_where_the_scores_split_by_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DV_EARLY: by product, each warpgroup issues its dV product as soon as warpgroup 0's P^T is stored (warpgroup 0
+    after its own barrier, warpgroup 1 after the P-ready one, before its dS values), dK after the dS^T barrier; the
+    products are the same 64 HGMMAs, with no spill and none serialized. Not where dQ is ordered (deterministic), nor
+    where the scores split by columns (a softcap's derivative), nor with DV_EARLY off (the same source as before)."""
+    from attngen.families import sm90_bwd_split
+    from attngen.toolchain.sass import disassemble, opcodes
+
+    spec = AttentionSpec(name="early256", head_dim=256, dtype="bf16", mask="causal")
+    cubin = build.build_bwd(spec, "sm90")
+    t = cubin.source.plan.dkdv_wgmma
+    assert t.split_by_product and t.dv_early and "constexpr bool kDvEarly = true;" in cubin.source.code
+    assert not any(r.wgmma_serialized or r.spill_stores for r in cubin.resources), cubin.resources
+    sass = disassemble(cubin.data)
+    assert opcodes(sass)["HGMMA"] == 64
+    # Warpgroup 1's step: the P-ready barrier, its dV product (4 k-steps of 64 x 128), then the dS values' LDS reads of
+    # P^T, before the dS^T stores' barrier.
+    steps = re.findall(r"(BAR\.SYNC|HGMMA\.64x128x16|LDS|STS|HGMMA\.64x64x16)", sass)
+    runs = [op for i, op in enumerate(steps) if i == 0 or steps[i - 1] != op]
+    assert any(runs[i:i + 3] == ["BAR.SYNC", "HGMMA.64x128x16", "LDS"] for i in range(len(runs))), runs
+    for other in (AttentionSpec(name="det256", head_dim=256, dtype="bf16", mask="causal", deterministic=True),
+                  AttentionSpec(name="cap256", head_dim=256, dtype="bf16", mask="causal", score_mod={"softcap": 30.0})):
+        assert not sm90_bwd_split.dv_early(other)
+        assert not plan_bwd(other, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
+    monkeypatch.setattr(sm90_bwd_split, "DV_EARLY", False)
+    assert not plan_bwd(spec, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]

@@ -110,6 +110,18 @@ def by_product(spec: AttentionSpec) -> bool:
     return score_grad_is_const(variant_of(spec))
 
 
+#: By product (by_product), each warpgroup issues its dV columns' product as soon as all of P^T is in shared memory,
+#: before warpgroup 1's dS values and the dS^T barrier (HopperBwdTiling.dv_early), where dQ is not ordered. Why: both
+#: warpgroups' dV and dK waited for that barrier, so the tensor pipe idled through warpgroup 1's dS values and stores
+#: (hd192's halves gained 1-4% from the same move, results/h200/hd192_dv_early). Module constant for the device A/B.
+DV_EARLY = True
+
+
+def dv_early(spec: AttentionSpec) -> bool:
+    """Whether the split issues its dV products early: DV_EARLY, by product, dQ not ordered (deterministic)."""
+    return DV_EARLY and by_product(spec) and not spec.deterministic
+
+
 def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The split tiling of head_dim; PlanError with the arithmetic when the budget cannot hold it."""
     roles = split_roles(spec.head_dim)
@@ -125,7 +137,7 @@ def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                            consumer_regs=consumer_regs, dq_cols=BOX, dq_col_step=0, dq_query_step=0,
                            dkv_from_smem=True, smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                            schedule_words=schedule_words(spec), split=roles, split_by_product=product,
-                           dq_red=SPLIT_DQ_V4, ordered_dq=spec.deterministic)
+                           dq_red=SPLIT_DQ_V4, ordered_dq=spec.deterministic, dv_early=dv_early(spec))
 
 
 def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
@@ -148,5 +160,6 @@ def split_line(t: HopperBwdTiling) -> str:
     dq = (f"by {TILED_DQ_PATH}" if t.dq_red
           else "by red.global.add.v2.f32")
     order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
-    return (f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}, dQ added from "
+    early = ", dV issued once P^T is stored" if t.dv_early else ""
+    return (f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}{early}, dQ added from "
             f"registers {dq}{order}")

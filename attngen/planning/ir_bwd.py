@@ -140,7 +140,8 @@ class HopperBwdTiling(IRModel):
     carry_products: bool = False
     #: With kv_halves: a warpgroup stores its P^T rows and issues dV^T += dO^T P before it waits for dP, so that the dS
     #: values, their stores and the warpgroups' barriers run under that product (FlashAttention-4's order at hd192);
-    #: else dV^T after dQ's product, beside dK^T.
+    #: else dV^T after dQ's product, beside dK^T. With split_by_product: each warpgroup issues its dV columns once
+    #: warpgroup 0's P^T is stored, under warpgroup 1's dS values, instead of with dK after the dS^T barrier.
     dv_early: bool = False
 
     @property
