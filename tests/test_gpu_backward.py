@@ -335,7 +335,7 @@ def test_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize(("mask", "window"), [("none", None), ("causal", None), ("sliding_window", (200, 0))])
 def test_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                         window: tuple[int, int] | None) -> None:
-    """hd256's split with each warpgroup's dV product issued once P^T is stored (sm90_bwd_split.DV_EARLY) gives dK and
+    """hd256's split with each warpgroup's dV product issued once P^T is stored (sm90_bwd_split.DV_EARLY_*) gives dK and
     dV bitwise equal to the split that issues it with dK (the same products over the same tiles), and exact
     gradients; with GQA, lengths off the step and a one-query shape."""
     from attngen.families import sm90_bwd_split
@@ -348,7 +348,8 @@ def test_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.Monk
     runs: dict[bool, list[tuple[torch.Tensor, ...]]] = {}
     for early in (False, True):
         with monkeypatch.context() as m:
-            m.setattr(sm90_bwd_split, "DV_EARLY", early)
+            m.setattr(sm90_bwd_split, "DV_EARLY_MASKED", early)
+            m.setattr(sm90_bwd_split, "DV_EARLY_UNMASKED", early)
             spec = AttentionSpec(name=f"split_dv_early{int(early)}_{mask}", head_dim=256, dtype="bf16", mask=mask,
                                  **extra)
             kernel = _kernel(spec)

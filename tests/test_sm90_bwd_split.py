@@ -282,10 +282,11 @@ def test_ordered_dq_reads_its_chains_from_the_parameters_and_the_default_keeps_t
 
 
 def test_dv_is_issued_once_p_is_stored_where_the_scores_split_by_product(monkeypatch: pytest.MonkeyPatch) -> None:
-    """DV_EARLY: by product, each warpgroup issues its dV product as soon as warpgroup 0's P^T is stored (warpgroup 0
-    after its own barrier, warpgroup 1 after the P-ready one, before its dS values), dK after the dS^T barrier; the
-    products are the same 64 HGMMAs, with no spill and none serialized. Not where dQ is ordered (deterministic), nor
-    where the scores split by columns (a softcap's derivative), nor with DV_EARLY off (the same source as before)."""
+    """DV_EARLY_MASKED: by product, each warpgroup issues its dV product as soon as warpgroup 0's P^T is stored
+    (warpgroup 0 after its own barrier, warpgroup 1 after the P-ready one, before its dS values), dK after the dS^T
+    barrier; the products are the same 64 HGMMAs, with no spill and none serialized. Not where dQ is ordered
+    (deterministic), nor where the scores split by columns (a softcap's derivative), nor unmasked (DV_EARLY_UNMASKED),
+    nor with DV_EARLY_MASKED off."""
     from attngen.families import sm90_bwd_split
     from attngen.toolchain.sass import disassemble, opcodes
 
@@ -305,5 +306,7 @@ def test_dv_is_issued_once_p_is_stored_where_the_scores_split_by_product(monkeyp
                   AttentionSpec(name="cap256", head_dim=256, dtype="bf16", mask="causal", score_mod={"softcap": 30.0})):
         assert not sm90_bwd_split.dv_early(other)
         assert not plan_bwd(other, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
-    monkeypatch.setattr(sm90_bwd_split, "DV_EARLY", False)
+    unmasked = AttentionSpec(name="none256", head_dim=256, dtype="bf16", mask="none")
+    assert not plan_bwd(unmasked, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
+    monkeypatch.setattr(sm90_bwd_split, "DV_EARLY_MASKED", False)
     assert not plan_bwd(spec, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]

@@ -19,7 +19,7 @@ from ..codegen.wgmma import M, WgmmaOp
 from ..errors import PlanError
 from ..features.dtype import dtype_trait
 from ..features.variant import variant_of
-from ..features.variant_cxx import score_grad_is_const
+from ..features.variant_cxx import hides_keys, score_grad_is_const
 from ..planning.archs import ArchInfo
 from ..planning.ir import SmemRegions
 from ..planning.ir_bwd import HopperBwdTiling, SplitRole
@@ -111,15 +111,21 @@ def by_product(spec: AttentionSpec) -> bool:
 
 
 #: By product (by_product), each warpgroup issues its dV columns' product as soon as all of P^T is in shared memory,
-#: before warpgroup 1's dS values and the dS^T barrier (HopperBwdTiling.dv_early), where dQ is not ordered. Why: both
-#: warpgroups' dV and dK waited for that barrier, so the tensor pipe idled through warpgroup 1's dS values and stores
-#: (hd192's halves gained 1-4% from the same move, results/h200/hd192_dv_early). Module constant for the device A/B.
-DV_EARLY = True
+#: before warpgroup 1's dS values and the dS^T barrier (HopperBwdTiling.dv_early), where dQ is not ordered: for masked
+#: specs (DV_EARLY_MASKED), not unmasked ones (DV_EARLY_UNMASKED). Why: both warpgroups' dV and dK waited for that
+#: barrier, so the tensor pipe idled through warpgroup 1's dS values and stores (hd192's halves gained 1-4% from the
+#: same move, results/h200/hd192_dv_early). Measured on the H200 at hd256 (results/h200/hd256_dv_early, alternated by
+#: CUDA events against dV with dK): causal +2.1-3.2% at 2k-16k, unmasked 0.8-1.4% slower. Module constants for the A/B.
+DV_EARLY_MASKED = True
+DV_EARLY_UNMASKED = False
 
 
 def dv_early(spec: AttentionSpec) -> bool:
-    """Whether the split issues its dV products early: DV_EARLY, by product, dQ not ordered (deterministic)."""
-    return DV_EARLY and by_product(spec) and not spec.deterministic
+    """Whether the split issues its dV products early: by product, dQ not ordered (deterministic), and
+    DV_EARLY_MASKED where a mask hides keys (the kernels' Var::kDense false), else DV_EARLY_UNMASKED."""
+    if not by_product(spec) or spec.deterministic:
+        return False
+    return DV_EARLY_MASKED if hides_keys(variant_of(spec)) else DV_EARLY_UNMASKED
 
 
 def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
