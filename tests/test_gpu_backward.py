@@ -333,6 +333,39 @@ def test_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.parametrize(("mask", "window"), [("none", None), ("causal", None), ("sliding_window", (200, 0))])
+def test_one_do_stage_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
+                                               window: tuple[int, int] | None) -> None:
+    """hd192 with one dO stage on mbarriers of its own and both warpgroups' dQ staged for bulk reductions
+    (sm90_bwd_halves.DO_ONE_STAGE) gives dK and dV bitwise equal to two shared stages with warpgroup 0 adding from
+    registers (the same products over the same tiles), dQ within rounding of it (the additions' order differs), and
+    exact gradients; with GQA, lengths off the step and a one-query shape (KV blocks with no query tile)."""
+    from attngen.families import sm90_bwd_halves
+
+    arch = attngen.runtime.kernel.current_arch()
+    if arch.value != "sm90":
+        pytest.skip("the wgmma backward runs on sm90")
+    extra = {"window": window} if window else {}
+    shapes = [(1, 1000, 1000, 4, 2), (2, 300, 1100, 2, 1), (1, 1, 1000, 4, 2), (3, 130, 700, 2, 2)]
+    runs: dict[bool, list[tuple[torch.Tensor, ...]]] = {}
+    for one in (False, True):
+        with monkeypatch.context() as m:
+            m.setattr(sm90_bwd_halves, "DO_ONE_STAGE", one)
+            spec = AttentionSpec(name=f"one_do{int(one)}_{mask}", head_dim=192, dtype="bf16", mask=mask, **extra)
+            kernel = _kernel(spec)
+            t = kernel.backward.cubin(arch).source.plan.dkdv_wgmma
+            assert (t.do_stages, t.dq_bulk_wgs) == ((1, 2) if one else (0, 1))
+            runs[one] = [_grads(kernel, *_inputs(spec, shape, seed=600 + i)) for i, shape in enumerate(shapes)]
+    for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
+        for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
+            assert g.isfinite().all(), f"{shape}: {name} not finite"
+            if name == "dq":
+                assert relative_error(g, w) < 1e-2, f"{shape}: dq {relative_error(g, w):.2e} from the two stages'"
+            else:
+                assert torch.equal(g, w), f"{shape}: {name} differs from the two stages'"
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
+
+
+@pytest.mark.parametrize(("mask", "window"), [("none", None), ("causal", None), ("sliding_window", (200, 0))])
 def test_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                         window: tuple[int, int] | None) -> None:
     """hd256's split with each warpgroup's dV product issued once P^T is stored (sm90_bwd_split.DV_EARLY_*) gives dK and

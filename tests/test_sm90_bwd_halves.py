@@ -45,9 +45,14 @@ def test_halves_tiling_takes_96_kv_rows_and_the_deepest_ring_that_fits() -> None
     t = halves.halves_tiling(spec, H100)
     assert (t.block_n, t.block_m, t.stages, t.consumer_wgs, t.threads, t.s_cols) == (96, 64, 2, 2, 384, 64)
     assert t.kv_halves and not t.split and t.dq_red and t.dq_bulk and t.dq_cols == 64 and t.dq_adders == 2
-    assert t.smem_bytes <= H100.smem_per_block < halves.halves_layout(spec, 3, True).total_bytes
-    # Warpgroup 1's dQ (64 queries x columns 96-191, fp32) staged for its bulk reduction.
-    assert t.smem.offset("Rows") - t.smem.offset("DQ") == 64 * 96 * 4 == halves.staged_dq_bytes(192)
+    assert t.smem_bytes <= H100.smem_per_block < halves.halves_layout(spec, 3, 2, 1).total_bytes
+    # One dO stage beside two of Q; each warpgroup's dQ (64 queries x 96 columns, fp32) staged for its bulk reduction.
+    assert (t.do_stages, t.dq_bulk_wgs, t.dv_early) == (1, 2, True)
+    assert t.smem.offset("DS") - t.smem.offset("DO") == 64 * 192 * 2 == (t.smem.offset("DO") - t.smem.offset("Q")) // 2
+    assert t.smem.offset("Rows") - t.smem.offset("DQ") == 2 * 64 * 96 * 4 == 2 * halves.staged_dq_bytes(192)
+    # Two dO stages and one warpgroup staged take the same bytes; both staged beside two dO stages do not fit.
+    assert halves.halves_layout(spec, 2, 1).total_bytes == t.smem_bytes - 16   # dO's own two mbarriers
+    assert halves.halves_layout(spec, 2, 2).total_bytes > H100.smem_per_block
     # dK^T and dV^T (2 x 192 x 48 / 128), the scores' 48 and the rows' 4, the overhead.
     assert t.regs_estimate == 144 + 52 + 40 == halves.halves_registers(192) <= t.consumer_regs == 240
 
@@ -100,21 +105,29 @@ def test_deterministic_packed_specs_take_the_split_and_say_why() -> None:
     assert "serve head dims [192]" in str(halves.halves_refusal(AttentionSpec(head_dim=256, dtype="bf16")))
 
 
-def test_halves_kernel_compiles_to_the_products_and_reductions_it_names() -> None:
+@pytest.mark.parametrize("one_stage", [True, False])
+def test_halves_kernel_compiles_to_the_products_and_reductions_it_names(monkeypatch: pytest.MonkeyPatch,
+                                                                        one_stage: bool) -> None:
     """Per step and warpgroup: S and dP (head_dim / 16 k-steps of 64 x 48), dV^T and dK^T (4 k-steps x 3 boxes of
-    64 x 48), dQ's pieces (6 k-steps each: 64 + 32 columns), P and dS stored transposed by stmatrix.trans;
-    warpgroup 0's 12 four-float reductions per thread into the tile-ordered accumulator and warpgroup 1's one bulk
-    reduction of its staged columns; no spills, no TMA (tensor) reduction."""
+    64 x 48), dQ's pieces (6 k-steps each: 64 + 32 columns), P and dS stored transposed by stmatrix.trans; one bulk
+    reduction of each warpgroup's staged columns beside one dO stage (DO_ONE_STAGE), else warpgroup 0's 12
+    four-float reductions per thread into the tile-ordered accumulator and warpgroup 1's one bulk reduction; no
+    spills, the wgmmas kept in flight, no TMA (tensor) reduction."""
     from attngen.toolchain.sass import disassemble, opcodes
 
-    cubin = build.build_bwd(AttentionSpec(head_dim=192, dtype="bf16", mask="causal"), "sm90")
-    assert cubin.source.plan.dkdv_wgmma.kv_halves
-    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in cubin.resources)
+    monkeypatch.setattr(halves, "DO_ONE_STAGE", one_stage)
+    cubin = build.build_bwd(AttentionSpec(name=f"one{int(one_stage)}", head_dim=192, dtype="bf16", mask="causal"),
+                            "sm90")
+    t = cubin.source.plan.dkdv_wgmma
+    assert t.kv_halves and (t.do_stages, t.dq_bulk_wgs) == ((1, 2) if one_stage else (0, 1))
+    assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 and not r.wgmma_serialized
+               for r in cubin.resources)
     sass = disassemble(cubin.data)
     assert _hgmma_shapes(sass) == {"64x48x16": 2 * (2 * 192 // 16 + 2 * 3 * 4), "64x64x16": 2 * 6, "64x32x16": 2 * 6}
     ops = opcodes(sass)
-    assert ops["REDG"] == 8 + 4 and all("F32x4" in line for line in sass.splitlines() if "REDG" in line)
-    assert ops["UBLKRED"] == 1
+    assert ops["REDG"] == (0 if one_stage else 8 + 4)
+    assert all("F32x4" in line for line in sass.splitlines() if "REDG" in line)
+    assert ops["UBLKRED"] == (2 if one_stage else 1)
     assert ops["UTMAREDG"] == 0 and ops["LDL"] == ops["STL"] == 0 and ops["HMMA"] == 0
     assert "stmatrix.sync.aligned.m8n8.x4.trans" in cubin.source.code
 
@@ -212,3 +225,13 @@ def test_dv_is_issued_before_the_dp_wait_where_p_comes_first() -> None:
                             score_mod={"softcap": 30.0})
     assert not halves.dv_early(softcap)
     assert not plan_bwd(softcap, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
+
+
+def test_one_do_stage_keeps_the_wgmmas_in_flight_when_packed() -> None:
+    """The one dO stage's wait comes before S's product, with Q's: between S's and dP's issue it made ptxas serialize
+    every wgmma of the packed (varlen) kernels (C7515), whose entry state holds more registers."""
+    for mask in ("causal", "none"):
+        spec = AttentionSpec(name=f"packed_{mask}", head_dim=192, dtype="bf16", mask=mask, seqlens="varlen")
+        cubin = build.build_bwd(spec, "sm90")
+        assert cubin.source.plan.dkdv_wgmma.do_stages == 1
+        assert not any(r.wgmma_serialized or r.spill_stores for r in cubin.resources), cubin.resources

@@ -64,6 +64,12 @@ CARRY_PRODUCTS_UNMASKED = False
 #: 2k-16k; causal level with the carried products and +1.6-3.1% over them without (CARRY_PRODUCTS_DV_EARLY); the
 #: deterministic plans level unmasked and 2-3% slower causal, so not where dQ is ordered. Module constant for the A/B.
 DV_EARLY = True
+#: With dv_early and a staged dQ: dO in one stage (Q keeps two), its 24 KB holding warpgroup 0's dQ staging too, so that
+#: neither warpgroup adds dQ from registers (HopperBwdTiling.do_stages, dq_bulk_wgs). Why: warpgroup 0's 12 REDG a step
+#: were what remained of the reductions that held 14-19% of the stall samples (results/h100/halves/ncu), and a second
+#: staging does not fit beside two dO stages (223 of 227 KB); FlashAttention-4's hd192 keeps one dO stage. dV^T, dO's
+#: last reader, is waited for after the dS^T barrier, and the next dO load has the rest of the step. Module constant.
+DO_ONE_STAGE = True
 #: With dv_early, a step's dV^T and dK^T carried into the next step (the early dV^T already keeps the tensor pipe busy
 #: across the step): measured slower both ways on the H200, unmasked x0.97, causal x0.97-0.98 (orders_2).
 CARRY_PRODUCTS_DV_EARLY = False
@@ -95,16 +101,22 @@ def staged_dq_bytes(head_dim: int) -> int:
     return BLOCK_M * sum(n for _, n in DQ_PIECES[head_dim][STAGED_WG]) * 4
 
 
-def halves_layout(spec: AttentionSpec, stages: int, staged: bool) -> SmemRegions:
-    """K and V (96 rows), the Q and dO stages, dS^T and P^T (96 x 64), STAGED_WG's dQ staging when `staged`, the
-    stages' row values (LSE in log2 units and D), the mbarriers, the live-tile bitmap of a mask with holes, the
-    alignment slack."""
+def halves_layout(spec: AttentionSpec, stages: int, staged_wgs: int, do_stages: int = 0) -> SmemRegions:
+    """K and V (96 rows), the Q and dO stages (do_stages of dO when not 0, on mbarriers of their own), dS^T and P^T
+    (96 x 64), `staged_wgs` warpgroups' dQ staging, the stages' row values (LSE in log2 units and D), the mbarriers,
+    the live-tile bitmap of a mask with holes, the alignment slack."""
     d, n, m = spec.head_dim, WGS * HALF_ROWS, BLOCK_M
     e = dtype_trait(spec.dtype).size
     return SmemRegions.stack([
-        ("K", n * d * e), ("V", n * d * e), ("Q", stages * m * d * e), ("DO", stages * m * d * e), ("DS", n * m * e),
-        ("P", n * m * e), ("DQ", staged_dq_bytes(d) if staged else 0), ("Rows", stages * 2 * m * 4),
-        ("Bar", 8 * (1 + 2 * stages)), ("Schedule", 4 * schedule_words(spec)), ("Slack", ALIGN_SLACK)])
+        ("K", n * d * e), ("V", n * d * e), ("Q", stages * m * d * e), ("DO", (do_stages or stages) * m * d * e),
+        ("DS", n * m * e), ("P", n * m * e), ("DQ", staged_wgs * staged_dq_bytes(d)), ("Rows", stages * 2 * m * 4),
+        ("Bar", 8 * (1 + 2 * stages + 2 * do_stages)), ("Schedule", 4 * schedule_words(spec)), ("Slack", ALIGN_SLACK)])
+
+
+def do_one_stage(spec: AttentionSpec) -> bool:
+    """Whether dO takes one stage and both warpgroups stage their dQ: DO_ONE_STAGE where dV^T goes early (dO's last
+    reader then done by the dS^T barrier) and dQ is staged."""
+    return DO_ONE_STAGE and dv_early(spec) and staged_dq(spec)
 
 
 def halves_registers(head_dim: int) -> int:
@@ -129,8 +141,10 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                         f"{info.arch.value} gives {consumer_regs}")
     needs = []
     staged = staged_dq(spec)
+    one = do_one_stage(spec)
+    staged_wgs = (WGS if one else 1) if staged else 0
     for stages in range(MAX_STAGES, 1, -1):
-        layout = halves_layout(spec, stages, staged)
+        layout = halves_layout(spec, stages, staged_wgs, 1 if one else 0)
         if layout.total_bytes <= info.smem_per_block:
             return HopperBwdTiling(block_m=BLOCK_M, block_n=WGS * HALF_ROWS, stages=stages,
                                    producer_regs=producer_regs, consumer_regs=consumer_regs, dq_cols=DQ_BOX,
@@ -138,7 +152,8 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                                    smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                                    schedule_words=schedule_words(spec), kv_halves=True, dq_red=True,
                                    dq_bulk=staged, ordered_dq=spec.deterministic,
-                                   carry_products=carries_products(spec), dv_early=dv_early(spec))
+                                   carry_products=carries_products(spec), dv_early=dv_early(spec),
+                                   do_stages=1 if one else 0, dq_bulk_wgs=max(1, staged_wgs))
         needs.append(f"{stages} stages {layout.total_bytes} B")
     raise PlanError(f"head_dim {d}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B per block")
 
@@ -181,8 +196,15 @@ def halves_line(t: HopperBwdTiling, head_dim: int) -> str:
     cols = [f"wg{i}: KV rows {HALF_ROWS * i}-{HALF_ROWS * (i + 1) - 1}, dQ columns {pieces[0][0]}-"
             f"{pieces[-1][0] + pieces[-1][1] - 1}" for i, pieces in enumerate(DQ_PIECES[head_dim])]
     order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
-    how = (f"wg{STAGED_WG}'s staged in fragment order and added by one bulk reduction, the other's from registers by "
-           "red.global.add.v4.f32" if t.dq_bulk else "added from registers by red.global.add.v4.f32")
+    if t.dq_bulk and t.dq_bulk_wgs == WGS:
+        how = "each warpgroup's staged in fragment order and added by one bulk reduction of its own"
+    elif t.dq_bulk:
+        how = (f"wg{STAGED_WG}'s staged in fragment order and added by one bulk reduction, the other's from "
+               "registers by red.global.add.v4.f32")
+    else:
+        how = "added from registers by red.global.add.v4.f32"
+    if t.do_stages:
+        how += f" ({t.do_stages} dO stage beside {t.stages} of Q)"
     carry = ", a step's dV^T and dK^T running on into the next step's S" if t.carry_products else ""
     carry = (", dV^T issued before dP's wait" if t.dv_early else "") + carry
     return (f"KV rows halved between {WGS} warpgroups ({'; '.join(cols)}), dK^T and dV^T at the full head dim, "

@@ -143,6 +143,13 @@ class HopperBwdTiling(IRModel):
     #: else dV^T after dQ's product, beside dK^T. With split_by_product: each warpgroup issues its dV columns once
     #: warpgroup 0's P^T is stored, under warpgroup 1's dS values, instead of with dK after the dS^T barrier.
     dv_early: bool = False
+    #: dO's stages when they differ from Q's (0: dO shares Q's `stages` and their mbarriers). With kv_halves and
+    #: dv_early: one dO stage on mbarriers of its own, freed once the step's dV^T is done, so that the stage's bytes
+    #: hold both warpgroups' dQ staging (dq_bulk_wgs 2); Q keeps `stages`.
+    do_stages: int = 0
+    #: With kv_halves and dq_bulk: how many warpgroups stage their dQ columns for a bulk reduction of their own (1:
+    #: sm90_bwd_halves.STAGED_WG alone, the other adding from registers; 2: both).
+    dq_bulk_wgs: int = 1
 
     @property
     def dq_swap(self) -> bool:
