@@ -5,6 +5,9 @@ Run on a machine with a CUDA device: `python -m pytest -m gpu`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -260,6 +263,39 @@ def test_deterministic_gradients_are_bitwise_equal(mask: str, head_dim: int, win
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
+#: Shapes for two builds' gradients side by side: GQA, lengths off the step, and a one-query side (with a window, KV
+#: blocks with no query tile).
+_AB_SHAPES = [(1, 1000, 1000, 4, 2), (2, 300, 1100, 2, 1), (1, 1, 1000, 4, 2)]
+
+
+def _builds_agree(monkeypatch: pytest.MonkeyPatch, module: Any, constants: Callable[[bool], dict[str, object]],
+                  make_spec: Callable[[bool], AttentionSpec], plan_ok: Callable[[Any, bool], bool], seed: int,
+                  dq: str, shapes: list[tuple[int, ...]] = _AB_SHAPES) -> AttentionSpec:
+    """Builds of make_spec(flag) with constants(flag) set on the family `module`, flag False then True (each plan's
+    dK/dV tiling checked by plan_ok(tiling, flag)), give finite gradients on `shapes`, dK and dV bitwise equal, and
+    dQ bitwise equal ("bitwise"), within 1e-2 ("close") or anything finite ("any"). Returns the True build's spec."""
+    arch = attngen.runtime.kernel.current_arch()
+    if arch.value != "sm90":
+        pytest.skip("the wgmma backward runs on sm90")
+    runs: dict[bool, list[tuple[torch.Tensor, ...]]] = {}
+    for flag in (False, True):
+        with monkeypatch.context() as m:
+            for name, value in constants(flag).items():
+                m.setattr(module, name, value)
+            spec = make_spec(flag)
+            kernel = _kernel(spec)
+            assert plan_ok(kernel.backward.cubin(arch).source.plan.dkdv_wgmma, flag)
+            runs[flag] = [_grads(kernel, *_inputs(spec, shape, seed=seed + i)) for i, shape in enumerate(shapes)]
+    for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
+        for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
+            assert g.isfinite().all(), f"{shape}: {name} not finite"
+            if name != "dq" or dq == "bitwise":
+                assert torch.equal(g, w), f"{shape}: {name} differs between the builds"
+            elif dq == "close":
+                assert relative_error(g, w) < 1e-2, f"{shape}: dq {relative_error(g, w):.2e} between the builds"
+    return spec
+
+
 @pytest.mark.parametrize(("mask", "window", "deterministic"),
                          [("none", None, False), ("causal", None, False), ("sliding_window", (200, 0), False),
                           ("causal", None, True), ("sliding_window", (200, 0), True)])
@@ -268,31 +304,17 @@ def test_carried_products_give_the_same_gradients(monkeypatch: pytest.MonkeyPatc
     """hd192's steps with their dV^T and dK^T products carried into the next step (sm90_bwd_halves.CARRY_PRODUCTS_*,
     with dV^T early where the plan issues it so: the first step's products overwrite the accumulators, a block with no
     query tile writes zeros) give dK and dV bitwise equal to the steps that wait for them (the same products in the same
-    order), dQ too where it is ordered, and exact gradients; the window's one-query shape leaves KV blocks with no query
-    tile."""
+    order), dQ too where it is ordered, and exact gradients."""
     from attngen.families import sm90_bwd_halves
 
-    arch = attngen.runtime.kernel.current_arch()
-    if arch.value != "sm90":
-        pytest.skip("the wgmma backward runs on sm90")
     extra = {"window": window} if window else {}
-    shapes = [(1, 1000, 1000, 4, 2), (2, 300, 1100, 2, 1), (1, 1, 1000, 4, 2)]
-    runs: dict[bool, list[tuple[torch.Tensor, ...]]] = {}
-    for carry in (False, True):
-        with monkeypatch.context() as m:
-            m.setattr(sm90_bwd_halves, "CARRY_PRODUCTS_MASKED", carry)
-            m.setattr(sm90_bwd_halves, "CARRY_PRODUCTS_UNMASKED", carry)
-            m.setattr(sm90_bwd_halves, "CARRY_PRODUCTS_DV_EARLY", carry)
-            spec = AttentionSpec(name=f"carry{int(carry)}_{mask}_{int(deterministic)}", head_dim=192, dtype="bf16",
-                                 mask=mask, deterministic=deterministic, **extra)
-            kernel = _kernel(spec)
-            assert kernel.backward.cubin(arch).source.plan.dkdv_wgmma.carry_products == carry
-            runs[carry] = [_grads(kernel, *_inputs(spec, shape, seed=900 + i)) for i, shape in enumerate(shapes)]
-    for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
-        for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
-            assert g.isfinite().all(), f"{shape}: {name} not finite"
-            if name != "dq" or deterministic:
-                assert torch.equal(g, w), f"{shape}: {name} differs from the waiting steps'"
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd_halves,
+        lambda carry: dict.fromkeys(("CARRY_PRODUCTS_MASKED", "CARRY_PRODUCTS_UNMASKED", "CARRY_PRODUCTS_DV_EARLY"),
+                                    carry),
+        lambda carry: AttentionSpec(name=f"carry{int(carry)}_{mask}_{int(deterministic)}", head_dim=192, dtype="bf16",
+                                    mask=mask, deterministic=deterministic, **extra),
+        lambda t, carry: t.carry_products == carry, 900, "bitwise" if deterministic else "any")
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
@@ -302,33 +324,17 @@ def test_carried_products_give_the_same_gradients(monkeypatch: pytest.MonkeyPatc
 def test_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                   window: tuple[int, int] | None, carry: bool) -> None:
     """hd192's steps with dV^T's product issued before dP's wait (sm90_bwd_halves.DV_EARLY) give dK and dV bitwise equal
-    to the steps that issue it after dQ's (the same products over the same tiles), and exact gradients; with GQA,
-    lengths off the step, and the window's one-query shape (KV blocks with no query tile). With and without a step's
-    products carried into the next (both orders alike)."""
+    to the steps that issue it after dQ's (the same products over the same tiles), and exact gradients; with and
+    without a step's products carried into the next (both orders alike)."""
     from attngen.families import sm90_bwd_halves
 
-    arch = attngen.runtime.kernel.current_arch()
-    if arch.value != "sm90":
-        pytest.skip("the wgmma backward runs on sm90")
     extra = {"window": window} if window else {}
-    shapes = [(1, 1000, 1000, 4, 2), (2, 300, 1100, 2, 1), (1, 1, 1000, 4, 2)]
-    runs: dict[bool, list[tuple[torch.Tensor, ...]]] = {}
-    for early in (False, True):
-        with monkeypatch.context() as m:
-            m.setattr(sm90_bwd_halves, "DV_EARLY", early)
-            for name in ("CARRY_PRODUCTS_MASKED", "CARRY_PRODUCTS_UNMASKED", "CARRY_PRODUCTS_DV_EARLY"):
-                m.setattr(sm90_bwd_halves, name, carry)
-            spec = AttentionSpec(name=f"dv_early{int(early)}_{mask}_{int(carry)}", head_dim=192, dtype="bf16",
-                                 mask=mask, **extra)
-            kernel = _kernel(spec)
-            t = kernel.backward.cubin(arch).source.plan.dkdv_wgmma
-            assert (t.dv_early, t.carry_products) == (early, carry)
-            runs[early] = [_grads(kernel, *_inputs(spec, shape, seed=700 + i)) for i, shape in enumerate(shapes)]
-    for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
-        for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
-            assert g.isfinite().all(), f"{shape}: {name} not finite"
-            if name != "dq":
-                assert torch.equal(g, w), f"{shape}: {name} differs from the steps that issue dV^T late"
+    carries = ("CARRY_PRODUCTS_MASKED", "CARRY_PRODUCTS_UNMASKED", "CARRY_PRODUCTS_DV_EARLY")
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd_halves, lambda early: {"DV_EARLY": early, **dict.fromkeys(carries, carry)},
+        lambda early: AttentionSpec(name=f"dv_early{int(early)}_{mask}_{int(carry)}", head_dim=192, dtype="bf16",
+                                    mask=mask, **extra),
+        lambda t, early: (t.dv_early, t.carry_products) == (early, carry), 700, "any")
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
@@ -338,30 +344,15 @@ def test_one_do_stage_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, 
     """hd192 with one dO stage on mbarriers of its own and both warpgroups' dQ staged for bulk reductions
     (sm90_bwd_halves.DO_ONE_STAGE) gives dK and dV bitwise equal to two shared stages with warpgroup 0 adding from
     registers (the same products over the same tiles), dQ within rounding of it (the additions' order differs), and
-    exact gradients; with GQA, lengths off the step and a one-query shape (KV blocks with no query tile)."""
+    exact gradients; a batch of 3 beside the usual shapes."""
     from attngen.families import sm90_bwd_halves
 
-    arch = attngen.runtime.kernel.current_arch()
-    if arch.value != "sm90":
-        pytest.skip("the wgmma backward runs on sm90")
     extra = {"window": window} if window else {}
-    shapes = [(1, 1000, 1000, 4, 2), (2, 300, 1100, 2, 1), (1, 1, 1000, 4, 2), (3, 130, 700, 2, 2)]
-    runs: dict[bool, list[tuple[torch.Tensor, ...]]] = {}
-    for one in (False, True):
-        with monkeypatch.context() as m:
-            m.setattr(sm90_bwd_halves, "DO_ONE_STAGE", one)
-            spec = AttentionSpec(name=f"one_do{int(one)}_{mask}", head_dim=192, dtype="bf16", mask=mask, **extra)
-            kernel = _kernel(spec)
-            t = kernel.backward.cubin(arch).source.plan.dkdv_wgmma
-            assert (t.do_stages, t.dq_bulk_wgs) == ((1, 2) if one else (0, 1))
-            runs[one] = [_grads(kernel, *_inputs(spec, shape, seed=600 + i)) for i, shape in enumerate(shapes)]
-    for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
-        for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
-            assert g.isfinite().all(), f"{shape}: {name} not finite"
-            if name == "dq":
-                assert relative_error(g, w) < 1e-2, f"{shape}: dq {relative_error(g, w):.2e} from the two stages'"
-            else:
-                assert torch.equal(g, w), f"{shape}: {name} differs from the two stages'"
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd_halves, lambda one: {"DO_ONE_STAGE": one},
+        lambda one: AttentionSpec(name=f"one_do{int(one)}_{mask}", head_dim=192, dtype="bf16", mask=mask, **extra),
+        lambda t, one: (t.do_stages, t.dq_bulk_wgs) == ((1, 2) if one else (0, 1)), 600, "close",
+        [*_AB_SHAPES, (3, 130, 700, 2, 2)])
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
@@ -370,29 +361,15 @@ def test_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.Monk
                                                         window: tuple[int, int] | None) -> None:
     """hd256's split with each warpgroup's dV product issued once P^T is stored (sm90_bwd_split.DV_EARLY_*) gives dK and
     dV bitwise equal to the split that issues it with dK (the same products over the same tiles), and exact
-    gradients; with GQA, lengths off the step and a one-query shape."""
+    gradients."""
     from attngen.families import sm90_bwd_split
 
-    arch = attngen.runtime.kernel.current_arch()
-    if arch.value != "sm90":
-        pytest.skip("the wgmma backward runs on sm90")
     extra = {"window": window} if window else {}
-    shapes = [(1, 1000, 1000, 4, 2), (2, 300, 1100, 2, 1), (1, 1, 1000, 4, 2)]
-    runs: dict[bool, list[tuple[torch.Tensor, ...]]] = {}
-    for early in (False, True):
-        with monkeypatch.context() as m:
-            m.setattr(sm90_bwd_split, "DV_EARLY_MASKED", early)
-            m.setattr(sm90_bwd_split, "DV_EARLY_UNMASKED", early)
-            spec = AttentionSpec(name=f"split_dv_early{int(early)}_{mask}", head_dim=256, dtype="bf16", mask=mask,
-                                 **extra)
-            kernel = _kernel(spec)
-            assert kernel.backward.cubin(arch).source.plan.dkdv_wgmma.dv_early == early
-            runs[early] = [_grads(kernel, *_inputs(spec, shape, seed=800 + i)) for i, shape in enumerate(shapes)]
-    for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
-        for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
-            assert g.isfinite().all(), f"{shape}: {name} not finite"
-            if name != "dq":
-                assert torch.equal(g, w), f"{shape}: {name} differs from the split that issues dV with dK"
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd_split, lambda early: {"DV_EARLY_MASKED": early, "DV_EARLY_UNMASKED": early},
+        lambda early: AttentionSpec(name=f"split_dv_early{int(early)}_{mask}", head_dim=256, dtype="bf16", mask=mask,
+                                    **extra),
+        lambda t, early: t.dv_early == early, 800, "any")
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
