@@ -1,17 +1,19 @@
 """The Hopper backward at hd192 with the KV rows halved between the consumer warpgroups (HopperBwdTiling.kv_halves).
 
-A block owns 96 KV rows of one KV head and walks query tiles of 64 rows; consumer warpgroup g owns KV rows
-[48 g, 48 g + 48) at the full head dim. Per step it computes S = Q K^T and dP = dO V^T for its rows (64 queries x
-48 keys: wgmma's M is the queries), writes P and dS transposed into shared memory (P^T and dS^T, 96 x 64, the halves
-side by side), and accumulates dV^T += dO^T P and dK^T += Q^T dS (M = head_dim in three 64-row products, N = its 48
-keys, A read M-major from the stage's tiles): 48 rows could not be wgmma's M, head_dim can. Once both halves are
-in place it computes its half of dQ = dS K over all 96 keys (A = dS^T read M-major, B = K MN-major) in two products
-(64 + 32 columns, DQ_PIECES) and adds it from registers into the tile-ordered accumulator by red.global.add.v4.f32.
-Why: the head-dim split (sm90_bwd_split.py) reads a query tile's Q and dO and adds its dQ once per 64 KV rows and
-is bound by that L2 traffic at hd192 (results/h100/ncu_bwd_hd192: L2 86%, compute 40%); 96 rows carry 1.5x the
-FLOPs per byte. The accumulators (dK^T and dV^T: 2 x 192 x 48 fp32 over 128 threads, 144 registers) fit beside
-the scores (48) or dQ's half (48) in the 240 a consumer gets. FlashAttention-4's Hopper backward takes the same
-shape at hd192 (64 x 96, its dK and dV products swapped).
+A block owns 96 KV rows of one KV head and walks query tiles of 64 rows; consumer warpgroup g owns KV rows [48 g, 48
+g + 48) at the full head dim. Per step it computes S = Q K^T and dP = dO V^T for its rows (64 queries x 48 keys:
+wgmma's M is the queries), writes P and dS transposed into shared memory (P^T and dS^T, 96 x 64, the halves side by
+side), and accumulates dV^T += dO^T P and dK^T += Q^T dS (M = head_dim in three 64-row products, N = its 48 keys, A
+read M-major from the stage's tiles): 48 rows could not be wgmma's M, head_dim can. Once both halves are in place it
+computes its half of dQ = dS K over all 96 keys (A = dS^T read M-major, B = K MN-major) in two products (64 + 32
+columns, DQ_PIECES) and adds it into the tile-ordered accumulator: staged in shared memory and added by one bulk
+reduction of its own (both warpgroups beside one dO stage: DO_ONE_STAGE; one of them beside two: STAGED_WG), or from
+registers by red.global.add.v4.f32 where dQ is ordered (deterministic). dV^T's product goes ahead of the dS values
+where it can (DV_EARLY). Why the halves: the head-dim split (sm90_bwd_split.py) reads a query tile's Q and dO and
+adds its dQ once per 64 KV rows and is bound by that L2 traffic at hd192 (results/h100/ncu_bwd_hd192: L2 86%,
+compute 40%); 96 rows carry 1.5x the FLOPs per byte. The accumulators (dK^T and dV^T: 2 x 192 x 48 fp32 over 128
+threads, 144 registers) fit beside the scores (48) or dQ's half (48) in the 240 a consumer gets. FlashAttention-4's
+Hopper backward takes the same shape at hd192 (64 x 96, its dK and dV products swapped).
 """
 
 from __future__ import annotations
