@@ -145,10 +145,10 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                         f"{info.arch.value} gives {consumer_regs}")
     needs = []
     staged = staged_dq(spec)
-    one = do_one_stage(spec)
-    staged_wgs = (WGS if one else 1) if staged else 0
+    one = do_one_stage(spec)   # both warpgroups staged beside one dO stage, else STAGED_WG alone where staged
+    bulk_wgs = WGS if one else 1
     for stages in range(MAX_STAGES, 1, -1):
-        layout = halves_layout(spec, stages, staged_wgs, 1 if one else 0)
+        layout = halves_layout(spec, stages, bulk_wgs if staged else 0, 1 if one else 0)
         if layout.total_bytes <= info.smem_per_block:
             return HopperBwdTiling(block_m=BLOCK_M, block_n=WGS * HALF_ROWS, stages=stages,
                                    producer_regs=producer_regs, consumer_regs=consumer_regs, dq_cols=DQ_BOX,
@@ -157,7 +157,7 @@ def halves_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                                    schedule_words=schedule_words(spec), kv_halves=True, dq_red=True,
                                    dq_bulk=staged, ordered_dq=spec.deterministic,
                                    carry_products=carries_products(spec), dv_early=dv_early(spec),
-                                   do_stages=1 if one else 0, dq_bulk_wgs=max(1, staged_wgs))
+                                   do_stages=1 if one else 0, dq_bulk_wgs=bulk_wgs)
         needs.append(f"{stages} stages {layout.total_bytes} B")
     raise PlanError(f"head_dim {d}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B per block")
 
@@ -209,7 +209,7 @@ def halves_line(t: HopperBwdTiling, head_dim: int) -> str:
         how = "added from registers by red.global.add.v4.f32"
     if t.do_stages:
         how += f" ({t.do_stages} dO stage beside {t.stages} of Q)"
+    early = ", dV^T issued before dP's wait" if t.dv_early else ""
     carry = ", a step's dV^T and dK^T running on into the next step's S" if t.carry_products else ""
-    carry = (", dV^T issued before dP's wait" if t.dv_early else "") + carry
     return (f"KV rows halved between {WGS} warpgroups ({'; '.join(cols)}), dK^T and dV^T at the full head dim, "
-            f"dQ {how} into a tile-ordered accumulator{order}{carry}")
+            f"dQ {how} into a tile-ordered accumulator{order}{early}{carry}")
