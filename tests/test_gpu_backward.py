@@ -373,6 +373,24 @@ def test_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.Monk
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
+@pytest.mark.parametrize(("mask", "window"), [("causal", None), ("sliding_window", (200, 0))])
+def test_split_staged_dq_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
+                                                  window: tuple[int, int] | None) -> None:
+    """hd256's split with one dO stage and warpgroup 1's dQ boxes staged for a bulk reduction
+    (sm90_bwd_split.SPLIT_STAGED_DQ) gives dK and dV bitwise equal to two shared stages with every dQ box added from
+    registers, dQ within rounding of it, and exact gradients; a batch of 3 beside the usual shapes."""
+    from attngen.families import sm90_bwd_split
+
+    extra = {"window": window} if window else {}
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd_split, lambda staged: {"SPLIT_STAGED_DQ": staged},
+        lambda staged: AttentionSpec(name=f"split_staged{int(staged)}_{mask}", head_dim=256, dtype="bf16", mask=mask,
+                                     **extra),
+        lambda t, staged: (t.dq_bulk, t.do_stages) == ((True, 1) if staged else (False, 0)), 500, "close",
+        [*_AB_SHAPES, (3, 130, 700, 2, 2)])
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 def test_the_causal_tail_order_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, head_dim: int) -> None:
     """A causal mask's last chains dealt heaviest block first (sm90_tail_order.BWD_TAIL_WAVES) give dK and dV bitwise

@@ -8,6 +8,7 @@ from attngen.catalogue import load_catalogue
 from attngen.errors import PlanError
 from attngen.families.sm80_bwd import Sm80Backward, atomic_dq_cols, dkdv_registers, dkdv_smem, dq_smem
 from attngen.families.sm90_bwd_halves import staged_dq
+from attngen.families.sm90_bwd_split import staged_split
 from attngen.planning.archs import arch_info
 from attngen.planning.ir_bwd import BwdPlan, HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
@@ -33,8 +34,10 @@ def test_catalogue_backward_plans_fit_the_budget(arch: Arch) -> None:
             assert p.entry_names == (f"{p.kernel_name}_preprocess", f"{p.kernel_name}_dkdv_wgmma", *convert)
             t = p.dkdv_wgmma
             assert t.dq_red == (not t.ordered_dq), "tile-ordered unless ordered (row-major, TMA tensor reductions)"
-            staged = staged_dq(spec) if t.kv_halves else t.dq_red and not t.split
-            assert t.dq_bulk == staged, "the 64-KV-row consumers stage it; the halves, one warpgroup's where unordered"
+            staged = (staged_dq(spec) if t.kv_halves else staged_split(spec) if t.split
+                      else t.dq_red and not t.split)
+            assert t.dq_bulk == staged, ("the 64-KV-row consumers stage it; the halves, one or both warpgroups' where "
+                                         "unordered; the split, one warpgroup's beside one dO stage, dV early")
             assert p.dkdv_wgmma.smem_bytes <= info.smem_per_block
             continue
         assert isinstance(p, BwdPlan) and len(p.entry_names) == 3

@@ -77,22 +77,42 @@ def role_registers(role: SplitRole, s_cols: int, by_product: bool = False) -> in
     return 2 * per_box * role.dkv_boxes + max(scores, dq) + REG_OVERHEAD
 
 
-def split_layout(spec: AttentionSpec, stages: int) -> SmemRegions:
-    """K and V (64 rows each), the Q and dO stages, dS^T and P^T (64 x 64), no dQ staging, the stages' row values
-    (LSE in log2 units and D), the mbarriers, the live-tile bitmap of a mask with holes, the alignment slack."""
+#: With dv_early: dO in one stage (Q keeps two) on mbarriers of its own, freed once the step's dV products are done
+#: (after the dS^T barrier), and warpgroup STAGED_WG's dQ boxes staged in shared memory in the accumulator's fragment
+#: order and added by one bulk reduction its own thread issues, instead of its 16 red.global.add.v4.f32 a thread a
+#: step (HopperBwdTiling.do_stages, dq_bulk). Why: hd192's halves gained 1.4-8.0% from the same move
+#: (results/h200/hd192_one_do); at hd256 the staging (32 KB) fits only beside one dO stage. Unmeasured: a module
+#: constant for the device A/B.
+SPLIT_STAGED_DQ = True
+#: The warpgroup whose dQ boxes are staged (its columns' boxes follow each other in a tile of the accumulator).
+STAGED_WG = 1
+
+
+def staged_split(spec: AttentionSpec) -> bool:
+    """Whether the split stages STAGED_WG's dQ beside one dO stage: SPLIT_STAGED_DQ where its dV products go early."""
+    return SPLIT_STAGED_DQ and dv_early(spec)
+
+
+def split_layout(spec: AttentionSpec, stages: int, staged: bool = False) -> SmemRegions:
+    """K and V (64 rows each), the Q and dO stages (one dO stage on mbarriers of its own when `staged`), dS^T and P^T
+    (64 x 64), STAGED_WG's dQ staging when `staged`, the stages' row values (LSE in log2 units and D), the mbarriers,
+    the live-tile bitmap of a mask with holes, the alignment slack."""
     d, n = spec.head_dim, SPLIT_BLOCK
     e = dtype_trait(spec.dtype).size
+    do_stages = 1 if staged else 0
+    dq = n * BOX * split_roles(d)[STAGED_WG].dq_boxes * 4 if staged else 0
     return SmemRegions.stack([
-        ("K", n * d * e), ("V", n * d * e), ("Q", stages * n * d * e), ("DO", stages * n * d * e), ("DS", n * n * e),
-        ("P", n * n * e), ("DQ", 0), ("Rows", stages * 2 * n * 4), ("Bar", 8 * (1 + 2 * stages)),
-        ("Schedule", 4 * schedule_words(spec)), ("Slack", ALIGN_SLACK)])
+        ("K", n * d * e), ("V", n * d * e), ("Q", stages * n * d * e), ("DO", (do_stages or stages) * n * d * e),
+        ("DS", n * n * e), ("P", n * n * e), ("DQ", dq), ("Rows", stages * 2 * n * 4),
+        ("Bar", 8 * (1 + 2 * stages + 2 * do_stages)), ("Schedule", 4 * schedule_words(spec)), ("Slack", ALIGN_SLACK)])
 
 
 def split_stages(spec: AttentionSpec, info: ArchInfo) -> tuple[int, SmemRegions]:
-    """The deepest Q/dO ring (MAX_STAGES down to 2) whose layout fits the block's shared memory."""
+    """The deepest Q ring (MAX_STAGES down to 2) whose layout fits the block's shared memory (dO's as deep, or one
+    stage where staged_split)."""
     needs = []
     for stages in range(MAX_STAGES, 1, -1):
-        layout = split_layout(spec, stages)
+        layout = split_layout(spec, stages, staged_split(spec))
         if layout.total_bytes <= info.smem_per_block:
             return stages, layout
         needs.append(f"{stages} stages {layout.total_bytes} B")
@@ -143,7 +163,8 @@ def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                            consumer_regs=consumer_regs, dq_cols=BOX, dq_col_step=0, dq_query_step=0,
                            dkv_from_smem=True, smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                            schedule_words=schedule_words(spec), split=roles, split_by_product=product,
-                           dq_red=SPLIT_DQ_V4, ordered_dq=spec.deterministic, dv_early=dv_early(spec))
+                           dq_red=SPLIT_DQ_V4, ordered_dq=spec.deterministic, dv_early=dv_early(spec),
+                           do_stages=1 if staged_split(spec) else 0, dq_bulk=staged_split(spec))
 
 
 def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
@@ -154,7 +175,8 @@ def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
     acc_ops = tuple(WgmmaOp(BOX * n, a_in_regs=False, trans_b=True, k=k)
                     for n in sorted({r.dkv_boxes for r in t.split}))
     dq_op = WgmmaOp(BOX, a_in_regs=False, trans_b=True, trans_a=True, k=k)
-    return {"t_op": t_op, "split_acc_ops": acc_ops, "dq_op": dq_op, "wgmma_ops": (t_op, *acc_ops, dq_op)}
+    return {"t_op": t_op, "split_acc_ops": acc_ops, "dq_op": dq_op, "wgmma_ops": (t_op, *acc_ops, dq_op),
+            "split_staged_wg": STAGED_WG}
 
 
 def split_line(t: HopperBwdTiling) -> str:
@@ -167,5 +189,7 @@ def split_line(t: HopperBwdTiling) -> str:
           else "by red.global.add.v2.f32")
     order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
     early = ", dV issued once P^T is stored" if t.dv_early else ""
+    if t.dq_bulk:
+        dq = f"by {TILED_DQ_PATH} (wg{STAGED_WG}'s staged and added by one bulk reduction, 1 dO stage)"
     return (f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}{early}, dQ added from "
             f"registers {dq}{order}")
