@@ -373,7 +373,7 @@ def test_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.Monk
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
-@pytest.mark.parametrize(("mask", "window"), [("causal", None), ("sliding_window", (200, 0))])
+@pytest.mark.parametrize(("mask", "window"), [("none", None), ("causal", None), ("sliding_window", (200, 0))])
 def test_split_staged_dq_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                   window: tuple[int, int] | None) -> None:
     """hd256's split with one dO stage and warpgroup 1's dQ boxes staged for a bulk reduction

@@ -107,7 +107,7 @@ def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim:
     """Per step: S^T and dP^T (head_dim / 16 k-steps of N = 64, one product per warpgroup), dV and dK (4 k-steps
     per warpgroup at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 8 four-float reductions per dQ box
     and thread into the tile-ordered accumulator (SPLIT_DQ_V4; 16 two-float ones into the row-major one without),
-    warpgroup 1's boxes staged and added by one bulk reduction instead where SPLIT_STAGED_DQ applies (causal); no TMA
+    warpgroup 1's boxes staged and added by one bulk reduction instead where SPLIT_STAGED_DQ applies (dV early); no TMA
     tensor reduction, no local memory."""
     from attngen.toolchain.sass import disassemble, opcodes
 
@@ -292,8 +292,8 @@ def test_dv_is_issued_once_p_is_stored_where_the_scores_split_by_product(monkeyp
     """DV_EARLY_MASKED: by product, each warpgroup issues its dV product as soon as warpgroup 0's P^T is stored
     (warpgroup 0 after its own barrier, warpgroup 1 after the P-ready one, before its dS values), dK after the dS^T
     barrier; the products are the same 64 HGMMAs, with no spill and none serialized. Not where dQ is ordered
-    (deterministic), nor where the scores split by columns (a softcap's derivative), nor unmasked (DV_EARLY_UNMASKED),
-    nor with DV_EARLY_MASKED off."""
+    (deterministic), nor where the scores split by columns (a softcap's derivative), nor with DV_EARLY_MASKED off;
+    unmasked with DV_EARLY_UNMASKED, and not without it."""
     from attngen.families import sm90_bwd_split
     from attngen.toolchain.sass import disassemble, opcodes
 
@@ -317,6 +317,8 @@ def test_dv_is_issued_once_p_is_stored_where_the_scores_split_by_product(monkeyp
         assert not sm90_bwd_split.dv_early(other)
         assert not plan_bwd(other, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
     unmasked = AttentionSpec(name="none256", head_dim=256, dtype="bf16", mask="none")
+    assert plan_bwd(unmasked, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
+    monkeypatch.setattr(sm90_bwd_split, "DV_EARLY_UNMASKED", False)
     assert not plan_bwd(unmasked, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
     monkeypatch.setattr(sm90_bwd_split, "DV_EARLY_MASKED", False)
     assert not plan_bwd(spec, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]

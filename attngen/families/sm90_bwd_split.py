@@ -81,8 +81,9 @@ def role_registers(role: SplitRole, s_cols: int, by_product: bool = False) -> in
 #: (after the dS^T barrier), and warpgroup STAGED_WG's dQ boxes staged in shared memory in the accumulator's fragment
 #: order and added by one bulk reduction its own thread issues, instead of its 16 red.global.add.v4.f32 a thread a
 #: step (HopperBwdTiling.do_stages, dq_bulk). Why: hd192's halves gained 1.4-8.0% from the same move
-#: (results/h200/hd192_one_do); at hd256 the staging (32 KB) fits only beside one dO stage. Unmeasured: a module
-#: constant for the device A/B.
+#: (results/h200/hd192_one_do); at hd256 the staging (32 KB) fits only beside one dO stage. Measured on the H200
+#: (results/h200/hd256_staged_dq, alternated by CUDA events): causal +6.4-8.0% at 2k-16k against SPLIT_STAGED_DQ off.
+#: A module constant for the A/B.
 SPLIT_STAGED_DQ = True
 #: The warpgroup whose dQ boxes are staged (its columns' boxes follow each other in a tile of the accumulator).
 STAGED_WG = 1
@@ -131,13 +132,14 @@ def by_product(spec: AttentionSpec) -> bool:
 
 
 #: By product (by_product), each warpgroup issues its dV columns' product as soon as all of P^T is in shared memory,
-#: before warpgroup 1's dS values and the dS^T barrier (HopperBwdTiling.dv_early), where dQ is not ordered: for masked
-#: specs (DV_EARLY_MASKED), not unmasked ones (DV_EARLY_UNMASKED). Why: both warpgroups' dV and dK waited for that
+#: before warpgroup 1's dS values and the dS^T barrier (HopperBwdTiling.dv_early), where dQ is not ordered: masked
+#: specs (DV_EARLY_MASKED) and unmasked ones (DV_EARLY_UNMASKED). Why: both warpgroups' dV and dK waited for that
 #: barrier, so the tensor pipe idled through warpgroup 1's dS values and stores (hd192's halves gained 1-4% from the
-#: same move, results/h200/hd192_dv_early). Measured on the H200 at hd256 (results/h200/hd256_dv_early, alternated by
-#: CUDA events against dV with dK): causal +2.1-3.2% at 2k-16k, unmasked 0.8-1.4% slower. Module constants for the A/B.
+#: same move, results/h200/hd192_dv_early). Measured on the H200, alternated by CUDA events: causal +2.1-3.2% at 2k-16k
+#: (results/h200/hd256_dv_early); unmasked 0.8-1.4% slower alone, but +5.4-9.4% with the dQ staging it brings
+#: (SPLIT_STAGED_DQ, results/h200/hd256_staged_dq). Module constants for the A/B.
 DV_EARLY_MASKED = True
-DV_EARLY_UNMASKED = False
+DV_EARLY_UNMASKED = True
 
 
 def dv_early(spec: AttentionSpec) -> bool:
