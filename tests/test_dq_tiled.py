@@ -225,7 +225,10 @@ def test_split_dq_v4_switch_keeps_mains_v2_path(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(sm90_bwd_split, "SPLIT_DQ_V4", False)
     v2 = _plan(256)
     assert not v2.dkdv_wgmma.dq_red and len(v2.entry_names) == 2
-    assert v2.dkdv_wgmma.model_copy(update={"dq_red": True}) == v4.dkdv_wgmma, "the same tiles, stages and layout"
+    assert not v2.dkdv_wgmma.dq_bulk and v2.dkdv_wgmma.do_stages == 0, "nothing staged without the tile order"
+    monkeypatch.setattr(sm90_bwd_split, "SPLIT_STAGED_DQ", False)
+    unstaged = _plan(256).dkdv_wgmma.model_copy(update={"dq_red": False})
+    assert v2.dkdv_wgmma == unstaged, "the same tiles, stages and layout as the v4 path unstaged"
     assert "kDqRed = false" in render(v2).code and "red.global.add.v2.f32" in sm90_bwd.Sm90Backward().plan_line(v2)
 
 

@@ -90,8 +90,9 @@ STAGED_WG = 1
 
 
 def staged_split(spec: AttentionSpec) -> bool:
-    """Whether the split stages STAGED_WG's dQ beside one dO stage: SPLIT_STAGED_DQ where its dV products go early."""
-    return SPLIT_STAGED_DQ and dv_early(spec)
+    """Whether the split stages STAGED_WG's dQ beside one dO stage: SPLIT_STAGED_DQ where its dV products go early,
+    into the tile-ordered accumulator (SPLIT_DQ_V4: a bulk reduction adds the staged boxes' contiguous bytes)."""
+    return SPLIT_STAGED_DQ and SPLIT_DQ_V4 and dv_early(spec)
 
 
 def split_layout(spec: AttentionSpec, stages: int, staged: bool = False) -> SmemRegions:
