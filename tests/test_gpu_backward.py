@@ -391,6 +391,24 @@ def test_split_staged_dq_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatc
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
+@pytest.mark.parametrize(("mask", "window"), [("none", None), ("causal", None), ("sliding_window", (200, 0))])
+def test_split_staging_warpgroup_0_too_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
+                                                                window: tuple[int, int] | None) -> None:
+    """hd256's split with warpgroup 0's first dQ box staged beside all of warpgroup 1's (sm90_bwd_split.STAGE_OTHER_WG:
+    two bulk reductions a step, the warpgroups' own) gives dK and dV bitwise equal to warpgroup 1's alone, dQ within
+    rounding of it, and exact gradients; a batch of 3 beside the usual shapes."""
+    from attngen.families import sm90_bwd_split
+
+    extra = {"window": window} if window else {}
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd_split, lambda other: {"STAGE_OTHER_WG": other},
+        lambda other: AttentionSpec(name=f"split_other{int(other)}_{mask}", head_dim=256, dtype="bf16", mask=mask,
+                                    **extra),
+        lambda t, other: [r.dq_staged for r in t.split] == ([1, 2] if other else [0, 2]), 900, "close",
+        [*_AB_SHAPES, (3, 130, 700, 2, 2)])
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 def test_the_causal_tail_order_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, head_dim: int) -> None:
     """A causal mask's last chains dealt heaviest block first (sm90_tail_order.BWD_TAIL_WAVES) give dK and dV bitwise

@@ -39,6 +39,7 @@ SPECS = [
     {"head_dim": 128, "dtype": "fp16", "mask": "sliding_window", "window": [64, 0]},
     {"head_dim": 64, "dtype": "bf16", "mask": "sliding_window", "window": [128, 0], "sinks": "learnable"},
     {"head_dim": 256, "dtype": "bf16", "mask": "causal", "score_mod": {"softcap": 50.0}},
+    {"head_dim": 256, "dtype": "bf16", "mask": "causal"},
     {"head_dim": 128, "dtype": "bf16", "mask": {"kind": "chunked", "chunk": 128}, "score_mod": {"alibi": "runtime"}},
     {"head_dim": 96, "dtype": "fp16", "mask": "causal"},
     {"head_dim": 192, "dtype": "bf16", "mask": "sliding_window", "window": [200, 0]},

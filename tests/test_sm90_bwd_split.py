@@ -18,6 +18,7 @@ from attngen.families.sm90_bwd_split import (
     split_roles,
     split_stages,
     split_tiling,
+    staged_roles,
 )
 from attngen.planning.archs import arch_info
 from attngen.planning.ir_bwd import HopperBwdPlan
@@ -49,18 +50,23 @@ def test_split_roles_of_the_served_head_dims() -> None:
         split_roles(160)
 
 
-@pytest.mark.parametrize(("head_dim", "stages"), [(192, 3), (256, 2)])
-def test_split_tiling_takes_the_deepest_ring_that_fits(head_dim: int, stages: int) -> None:
+@pytest.mark.parametrize(("head_dim", "stages", "staged"), [(192, 3, [1, 2]), (256, 2, [1, 2])])
+def test_split_tiling_takes_the_deepest_ring_that_fits(head_dim: int, stages: int, staged: list[int]) -> None:
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
     t = split_tiling(spec, H100)
     assert (t.block_n, t.block_m, t.stages, t.consumer_wgs, t.threads, t.s_cols) == (64, 64, stages, 2, 384, 64)
     assert t.split_by_product
     assert t.smem_bytes <= H100.smem_per_block
-    assert stages == MAX_STAGES or H100.smem_per_block < split_layout(spec, stages + 1, t.dq_bulk).total_bytes
-    # Causal (dV early): one dO stage and warpgroup 1's dQ boxes staged for its bulk reduction (SPLIT_STAGED_DQ).
+    assert stages == MAX_STAGES or H100.smem_per_block < split_layout(spec, stages + 1, t.split).total_bytes
+    # Causal (dV early): one dO stage and warpgroup 1's dQ boxes staged for its bulk reduction (SPLIT_STAGED_DQ), and
+    # as many of warpgroup 0's first ones as fit beside them (STAGE_OTHER_WG): at hd256 one of two.
     assert t.dv_early and t.dq_bulk and t.do_stages == 1
     assert t.smem.offset("DS") - t.smem.offset("DO") == 64 * head_dim * 2
-    assert t.smem.offset("Rows") - t.smem.offset("DQ") == 64 * 64 * 4 * t.split[1].dq_boxes
+    assert [r.dq_staged for r in t.split] == staged
+    assert t.smem.offset("Rows") - t.smem.offset("DQ") == 64 * 64 * 4 * sum(staged)
+    if staged[0] < t.split[0].dq_boxes:
+        more = staged_roles(t.split, staged[0] + 1)
+        assert split_layout(spec, stages, more).total_bytes > H100.smem_per_block
     assert t.regs_estimate == max(role_registers(r, 64, True) for r in t.split) <= t.consumer_regs == 240
 
 
@@ -82,8 +88,12 @@ def test_a_score_mod_with_a_varying_derivative_splits_the_scores_by_columns() ->
 def test_split_stages_say_what_each_depth_needs() -> None:
     spec = AttentionSpec(head_dim=256, dtype="bf16")
     small = dataclasses.replace(H100, smem_per_block=150_000)
-    with pytest.raises(PlanError, match=r"head_dim 256: 3 stages \d+ B, 2 stages \d+ B; sm90 gives 150000 B"):
+    with pytest.raises(PlanError, match=r"head_dim 256: 3 stages \(4 dQ boxes staged\) \d+ B, .*, 2 stages \(2 dQ boxes "
+                                        r"staged\) 215096 B; sm90 gives 150000 B"):
         split_stages(spec, small)
+    ordered = AttentionSpec(head_dim=256, dtype="bf16", deterministic=True)   # nothing staged
+    with pytest.raises(PlanError, match=r"head_dim 256: 3 stages \d+ B, 2 stages \d+ B; sm90 gives 150000 B"):
+        split_stages(ordered, small)
 
 
 def test_the_planner_picks_the_split_at_hd256_only() -> None:
@@ -107,7 +117,8 @@ def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim:
     """Per step: S^T and dP^T (head_dim / 16 k-steps of N = 64, one product per warpgroup), dV and dK (4 k-steps
     per warpgroup at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 8 four-float reductions per dQ box
     and thread into the tile-ordered accumulator (SPLIT_DQ_V4; 16 two-float ones into the row-major one without),
-    warpgroup 1's boxes staged and added by one bulk reduction instead where SPLIT_STAGED_DQ applies (dV early); no TMA
+    the staged boxes (all of warpgroup 1's, warpgroup 0's first) added by one bulk reduction a warpgroup instead where
+    SPLIT_STAGED_DQ applies (dV early); no TMA
     tensor reduction, no local memory."""
     from attngen.toolchain.sass import disassemble, opcodes
 
@@ -125,8 +136,10 @@ def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim:
     want["64x64x16"] = want.get("64x64x16", 0) + 4 * head_dim // 64
     assert _hgmma_shapes(sass) == want
     ops = opcodes(sass)
-    staged = t.split[1].dq_boxes if t.dq_bulk else 0   # warpgroup 1's boxes staged (SPLIT_STAGED_DQ)
-    assert t.dq_red and ops["REDG"] == 8 * (head_dim // 64 - staged) and ops["UBLKRED"] == int(t.dq_bulk)
+    staged = sum(r.dq_staged for r in t.split)   # SPLIT_STAGED_DQ (and STAGE_OTHER_WG): one reduction a warpgroup
+    assert staged == (3 if t.dq_bulk else 0)
+    assert t.dq_red and ops["REDG"] == 8 * (head_dim // 64 - staged)
+    assert ops["UBLKRED"] == sum(1 for r in t.split if r.dq_staged)
     assert all("F32x4" in line for line in sass.splitlines() if "REDG" in line)
     assert ops["UTMAREDG"] == 0 and ops["LDL"] == ops["STL"] == 0 and ops["HMMA"] == 0
     assert "red.global.add.v4.f32" in cubin.source.code and "SplitRole<1>" in cubin.source.code

@@ -85,39 +85,56 @@ def role_registers(role: SplitRole, s_cols: int, by_product: bool = False) -> in
 #: (results/h200/hd256_staged_dq, alternated by CUDA events): causal +6.4-8.0% at 2k-16k against SPLIT_STAGED_DQ off.
 #: A module constant for the A/B.
 SPLIT_STAGED_DQ = True
-#: The warpgroup whose dQ boxes are staged (its columns' boxes follow each other in a tile of the accumulator).
+#: The warpgroup whose dQ boxes are all staged (its columns' boxes follow each other in a tile of the accumulator).
 STAGED_WG = 1
+#: With the staging, the other warpgroup stages as many of its first dQ boxes as the block's shared memory still
+#: holds (at hd256 one of its two: 16 KB of the 17 KB left), adding the rest from registers. Why: STAGED_WG's
+#: staging took 16 of the 32 red.global.add.v4.f32 a step off the consumers' path for +5.4-9.4%
+#: (results/h200/hd256_staged_dq); this takes 8 of the remaining 16. Unmeasured: a module constant for the A/B.
+STAGE_OTHER_WG = True
 
 
 def staged_split(spec: AttentionSpec) -> bool:
-    """Whether the split stages STAGED_WG's dQ beside one dO stage: SPLIT_STAGED_DQ where its dV products go early,
-    into the tile-ordered accumulator (SPLIT_DQ_V4: a bulk reduction adds the staged boxes' contiguous bytes)."""
+    """Whether the split stages dQ boxes beside one dO stage: SPLIT_STAGED_DQ where its dV products go early, into
+    the tile-ordered accumulator (SPLIT_DQ_V4: a bulk reduction adds the staged boxes' contiguous bytes)."""
     return SPLIT_STAGED_DQ and SPLIT_DQ_V4 and dv_early(spec)
 
 
-def split_layout(spec: AttentionSpec, stages: int, staged: bool = False) -> SmemRegions:
-    """K and V (64 rows each), the Q and dO stages (one dO stage on mbarriers of its own when `staged`), dS^T and P^T
-    (64 x 64), STAGED_WG's dQ staging when `staged`, the stages' row values (LSE in log2 units and D), the mbarriers,
-    the live-tile bitmap of a mask with holes, the alignment slack."""
+def staged_roles(roles: tuple[SplitRole, ...], other: int) -> tuple[SplitRole, ...]:
+    """The roles with STAGED_WG's dQ boxes all staged and `other` of each other warpgroup's first ones."""
+    return tuple(r.model_copy(update={"dq_staged": r.dq_boxes if w == STAGED_WG else min(other, r.dq_boxes)})
+                 for w, r in enumerate(roles))
+
+
+def split_layout(spec: AttentionSpec, stages: int, roles: tuple[SplitRole, ...] | None = None) -> SmemRegions:
+    """K and V (64 rows each), the Q and dO stages (one dO stage on mbarriers of its own where any dQ box is staged),
+    dS^T and P^T (64 x 64), the roles' staged dQ boxes (warpgroup by warpgroup), the stages' row values (LSE in log2
+    units and D), the mbarriers, the live-tile bitmap of a mask with holes, the alignment slack."""
     d, n = spec.head_dim, SPLIT_BLOCK
     e = dtype_trait(spec.dtype).size
+    staged = sum(r.dq_staged for r in roles or split_roles(d))
     do_stages = 1 if staged else 0
-    dq = n * BOX * split_roles(d)[STAGED_WG].dq_boxes * 4 if staged else 0
     return SmemRegions.stack([
         ("K", n * d * e), ("V", n * d * e), ("Q", stages * n * d * e), ("DO", (do_stages or stages) * n * d * e),
-        ("DS", n * n * e), ("P", n * n * e), ("DQ", dq), ("Rows", stages * 2 * n * 4),
+        ("DS", n * n * e), ("P", n * n * e), ("DQ", n * BOX * staged * 4), ("Rows", stages * 2 * n * 4),
         ("Bar", 8 * (1 + 2 * stages + 2 * do_stages)), ("Schedule", 4 * schedule_words(spec)), ("Slack", ALIGN_SLACK)])
 
 
-def split_stages(spec: AttentionSpec, info: ArchInfo) -> tuple[int, SmemRegions]:
+def split_stages(spec: AttentionSpec, info: ArchInfo) -> tuple[int, SmemRegions, tuple[SplitRole, ...]]:
     """The deepest Q ring (MAX_STAGES down to 2) whose layout fits the block's shared memory (dO's as deep, or one
-    stage where staged_split)."""
+    stage where staged_split), and at that depth the most of the other warpgroups' dQ boxes staged beside
+    STAGED_WG's (staged_roles; none without STAGE_OTHER_WG)."""
+    roles = split_roles(spec.head_dim)
+    others = max(r.dq_boxes for r in roles) if STAGE_OTHER_WG else 0
+    candidates = [staged_roles(roles, k) for k in range(others, -1, -1)] if staged_split(spec) else [roles]
     needs = []
     for stages in range(MAX_STAGES, 1, -1):
-        layout = split_layout(spec, stages, staged_split(spec))
-        if layout.total_bytes <= info.smem_per_block:
-            return stages, layout
-        needs.append(f"{stages} stages {layout.total_bytes} B")
+        for cand in candidates:
+            layout = split_layout(spec, stages, cand)
+            if layout.total_bytes <= info.smem_per_block:
+                return stages, layout, cand
+            staged = f" ({sum(r.dq_staged for r in cand)} dQ boxes staged)" if staged_split(spec) else ""
+            needs.append(f"{stages} stages{staged} {layout.total_bytes} B")
     raise PlanError(f"head_dim {spec.head_dim}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B "
                     f"per block")
 
@@ -153,10 +170,9 @@ def dv_early(spec: AttentionSpec) -> bool:
 
 def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The split tiling of head_dim; PlanError with the arithmetic when the budget cannot hold it."""
-    roles = split_roles(spec.head_dim)
     product = by_product(spec)
+    stages, layout, roles = split_stages(spec, info)
     s_cols = SPLIT_BLOCK if product else SPLIT_BLOCK // len(roles)
-    stages, layout = split_stages(spec, info)
     producer_regs, consumer_regs = setmaxnreg_split(info, len(roles))
     regs = max(role_registers(r, s_cols, product) for r in roles)
     if regs > consumer_regs:
@@ -179,7 +195,7 @@ def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
                     for n in sorted({r.dkv_boxes for r in t.split}))
     dq_op = WgmmaOp(BOX, a_in_regs=False, trans_b=True, trans_a=True, k=k)
     return {"t_op": t_op, "split_acc_ops": acc_ops, "dq_op": dq_op, "wgmma_ops": (t_op, *acc_ops, dq_op),
-            "split_staged_wg": STAGED_WG}
+            "split_stage_offsets": [BOX * BOX * 4 * sum(r.dq_staged for r in t.split[:w]) for w in range(len(t.split))]}
 
 
 def split_line(t: HopperBwdTiling) -> str:
@@ -193,6 +209,7 @@ def split_line(t: HopperBwdTiling) -> str:
     order = ", each warpgroup's turn at a tile ordered by its semaphore (deterministic)" if t.ordered_dq else ""
     early = ", dV issued once P^T is stored" if t.dv_early else ""
     if t.dq_bulk:
-        dq = f"by {TILED_DQ_PATH} (wg{STAGED_WG}'s staged and added by one bulk reduction, 1 dO stage)"
+        staged = ", ".join(f"wg{w}'s {r.dq_staged} of {r.dq_boxes}" for w, r in enumerate(t.split) if r.dq_staged)
+        dq = f"by {TILED_DQ_PATH} (boxes staged and added by one bulk reduction a warpgroup: {staged}; 1 dO stage)"
     return (f"head_dim split between {len(t.split)} warpgroups ({'; '.join(parts)}), {scores}{early}, dQ added from "
             f"registers {dq}{order}")

@@ -46,12 +46,15 @@ class DqTiling(IRModel):
 class SplitRole(IRModel):
     """What one consumer warpgroup of a head-dim split owns (HopperBwdTiling.split): the dK and dV columns
     [64 dkv_box0, 64 (dkv_box0 + dkv_boxes)) of all the block's KV rows, and the dQ columns [64 dq_box0,
-    64 (dq_box0 + dq_boxes)) of every query tile, one 64-column box per product."""
+    64 (dq_box0 + dq_boxes)) of every query tile, one 64-column box per product. With HopperBwdTiling.dq_bulk the
+    first dq_staged of its dQ boxes are staged in shared memory in fragment order and added by one bulk reduction its
+    thread 0 issues; the rest it adds from registers."""
 
     dkv_box0: int
     dkv_boxes: int
     dq_box0: int
     dq_boxes: int
+    dq_staged: int = 0
 
 
 class HopperBwdTiling(IRModel):
@@ -100,7 +103,8 @@ class HopperBwdTiling(IRModel):
     #: (16-byte stores, conflict-free) and producer warp 1 adds each warpgroup's 64 x 64 box with one contiguous bulk
     #: reduction (cp.reduce.async.bulk .add.f32), off the consumers' path, instead of red.global.add from registers.
     #: With kv_halves: one warpgroup's columns (sm90_bwd_halves.STAGED_WG) staged so and added by one bulk reduction
-    #: its own thread issues; the other warpgroup adds from registers.
+    #: its own thread issues; the other warpgroup adds from registers. With split: each warpgroup's first
+    #: SplitRole.dq_staged boxes so, beside one dO stage.
     dq_bulk: bool = False
     #: With dq_bulk on the 64-KV-row consumers: dq_convert overlaps the dK/dV kernel's last wave. It is launched as a
     #: programmatic dependent, which the dK/dV blocks release as they start, and each of its blocks waits for its own
