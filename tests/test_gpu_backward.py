@@ -391,6 +391,21 @@ def test_split_staged_dq_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatc
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_split_waiting_late_for_the_staging_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch,
+                                                                     mask: str) -> None:
+    """hd256's split waiting for its staging's last reduction before the step's first consumer barrier
+    (sm90_bwd_split.STAGING_WAIT_LATE) gives dK and dV bitwise equal to the wait at the step's start, dQ within
+    rounding of it (the order of the fp32 additions differs), and exact gradients."""
+    from attngen.families import sm90_bwd_split
+
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd_split, lambda late: {"STAGING_WAIT_LATE": late},
+        lambda late: AttentionSpec(name=f"split_wait{int(late)}_{mask}", head_dim=256, dtype="bf16", mask=mask),
+        lambda t, late: t.dq_bulk, 950, "close", [*_AB_SHAPES, (3, 130, 700, 2, 2)])
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
+
+
 @pytest.mark.parametrize(("mask", "window"), [("none", None), ("causal", None), ("sliding_window", (200, 0))])
 def test_split_staging_warpgroup_0_too_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                                 window: tuple[int, int] | None) -> None:

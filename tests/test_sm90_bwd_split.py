@@ -50,8 +50,14 @@ def test_split_roles_of_the_served_head_dims() -> None:
         split_roles(160)
 
 
-@pytest.mark.parametrize(("head_dim", "stages", "staged"), [(192, 3, [1, 2]), (256, 2, [1, 2])])
-def test_split_tiling_takes_the_deepest_ring_that_fits(head_dim: int, stages: int, staged: list[int]) -> None:
+@pytest.mark.parametrize(("head_dim", "stages", "other", "staged"),
+                         [(192, 3, False, [0, 2]), (256, 2, False, [0, 2]), (192, 3, True, [1, 2]),
+                          (256, 2, True, [1, 2])])
+def test_split_tiling_takes_the_deepest_ring_that_fits(monkeypatch: pytest.MonkeyPatch, head_dim: int, stages: int,
+                                                       other: bool, staged: list[int]) -> None:
+    from attngen.families import sm90_bwd_split
+
+    monkeypatch.setattr(sm90_bwd_split, "STAGE_OTHER_WG", other)
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
     t = split_tiling(spec, H100)
     assert (t.block_n, t.block_m, t.stages, t.consumer_wgs, t.threads, t.s_cols) == (64, 64, stages, 2, 384, 64)
@@ -64,7 +70,7 @@ def test_split_tiling_takes_the_deepest_ring_that_fits(head_dim: int, stages: in
     assert t.smem.offset("DS") - t.smem.offset("DO") == 64 * head_dim * 2
     assert [r.dq_staged for r in t.split] == staged
     assert t.smem.offset("Rows") - t.smem.offset("DQ") == 64 * 64 * 4 * sum(staged)
-    if staged[0] < t.split[0].dq_boxes:
+    if other and staged[0] < t.split[0].dq_boxes:
         more = staged_roles(t.split, staged[0] + 1)
         assert split_layout(spec, stages, more).total_bytes > H100.smem_per_block
     assert t.regs_estimate == max(role_registers(r, 64, True) for r in t.split) <= t.consumer_regs == 240
@@ -85,7 +91,10 @@ def test_a_score_mod_with_a_varying_derivative_splits_the_scores_by_columns() ->
     assert _hgmma_shapes(disassemble(cubin.data))["64x32x16"] == 2 * 2 * 256 // 16
 
 
-def test_split_stages_say_what_each_depth_needs() -> None:
+def test_split_stages_say_what_each_depth_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attngen.families import sm90_bwd_split
+
+    monkeypatch.setattr(sm90_bwd_split, "STAGE_OTHER_WG", True)   # each count of warpgroup 0's staged boxes tried
     spec = AttentionSpec(head_dim=256, dtype="bf16")
     small = dataclasses.replace(H100, smem_per_block=150_000)
     with pytest.raises(PlanError, match=r"head_dim 256: 3 stages \(4 dQ boxes staged\) \d+ B, .*, 2 stages \(2 dQ boxes "
@@ -112,17 +121,21 @@ def _hgmma_shapes(sass: str) -> dict[str, int]:
     return shapes
 
 
-@pytest.mark.parametrize("head_dim", [256])
-def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim: int) -> None:
+@pytest.mark.parametrize("other", [False, True])
+def test_split_kernel_compiles_to_the_products_and_reductions_it_names(monkeypatch: pytest.MonkeyPatch,
+                                                                      other: bool) -> None:
     """Per step: S^T and dP^T (head_dim / 16 k-steps of N = 64, one product per warpgroup), dV and dK (4 k-steps
     per warpgroup at N = 64 x its boxes), dQ (4 k-steps per box at N = 64), and 8 four-float reductions per dQ box
     and thread into the tile-ordered accumulator (SPLIT_DQ_V4; 16 two-float ones into the row-major one without),
     the staged boxes (all of warpgroup 1's, warpgroup 0's first) added by one bulk reduction a warpgroup instead where
     SPLIT_STAGED_DQ applies (dV early); no TMA
     tensor reduction, no local memory."""
+    from attngen.families import sm90_bwd_split
     from attngen.toolchain.sass import disassemble, opcodes
 
-    spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal")
+    monkeypatch.setattr(sm90_bwd_split, "STAGE_OTHER_WG", other)
+    head_dim = 256
+    spec = AttentionSpec(name=f"products{int(other)}", head_dim=head_dim, dtype="bf16", mask="causal")
     cubin = build.build_bwd(spec, "sm90")
     plan = cubin.source.plan
     assert plan.family == "sm90_bwd" and plan.dkdv_wgmma.split
@@ -137,7 +150,7 @@ def test_split_kernel_compiles_to_the_products_and_reductions_it_names(head_dim:
     assert _hgmma_shapes(sass) == want
     ops = opcodes(sass)
     staged = sum(r.dq_staged for r in t.split)   # SPLIT_STAGED_DQ (and STAGE_OTHER_WG): one reduction a warpgroup
-    assert staged == (3 if t.dq_bulk else 0)
+    assert staged == (3 if other else 2)
     assert t.dq_red and ops["REDG"] == 8 * (head_dim // 64 - staged)
     assert ops["UBLKRED"] == sum(1 for r in t.split if r.dq_staged)
     assert all("F32x4" in line for line in sass.splitlines() if "REDG" in line)

@@ -90,8 +90,14 @@ STAGED_WG = 1
 #: With the staging, the other warpgroup stages as many of its first dQ boxes as the block's shared memory still
 #: holds (at hd256 one of its two: 16 KB of the 17 KB left), adding the rest from registers. Why: STAGED_WG's
 #: staging took 16 of the 32 red.global.add.v4.f32 a step off the consumers' path for +5.4-9.4%
-#: (results/h200/hd256_staged_dq); this takes 8 of the remaining 16. Unmeasured: a module constant for the A/B.
-STAGE_OTHER_WG = True
+#: (results/h200/hd256_staged_dq); this takes 8 of the remaining 16. Measured with the wait for the staging's reads at
+#: the step's start (results/h200/hd256_staged_wg0): 12% slower. A module constant for the A/B.
+STAGE_OTHER_WG = False
+#: A staging warpgroup's thread 0 waits for its last bulk reduction's reads just before the step's first consumer
+#: barrier (after the step's first products and the softmax), not at the step's start. Why: at the start the wait
+#: holds back the whole warpgroup's first wgmma while the reduction drains to L2 (the halves wait late already).
+#: Unmeasured: a module constant for the A/B.
+STAGING_WAIT_LATE = True
 
 
 def staged_split(spec: AttentionSpec) -> bool:
@@ -195,7 +201,8 @@ def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
                     for n in sorted({r.dkv_boxes for r in t.split}))
     dq_op = WgmmaOp(BOX, a_in_regs=False, trans_b=True, trans_a=True, k=k)
     return {"t_op": t_op, "split_acc_ops": acc_ops, "dq_op": dq_op, "wgmma_ops": (t_op, *acc_ops, dq_op),
-            "split_stage_offsets": [BOX * BOX * 4 * sum(r.dq_staged for r in t.split[:w]) for w in range(len(t.split))]}
+            "split_stage_offsets": [BOX * BOX * 4 * sum(r.dq_staged for r in t.split[:w]) for w in range(len(t.split))],
+            "split_wait_late": STAGING_WAIT_LATE}
 
 
 def split_line(t: HopperBwdTiling) -> str:
