@@ -348,3 +348,25 @@ def test_dv_is_issued_once_p_is_stored_where_the_scores_split_by_product(monkeyp
     assert not plan_bwd(unmasked, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
     monkeypatch.setattr(sm90_bwd_split, "DV_EARLY_MASKED", False)
     assert not plan_bwd(spec, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_the_staging_wait_sits_where_staging_wait_late_says(monkeypatch: pytest.MonkeyPatch, late: bool) -> None:
+    """STAGING_WAIT_LATE: warpgroup 1's wait for its last bulk reduction's reads (DEPBAR on the bulk copies'
+    scoreboard) comes after its first product (dP^T) and that product's wait, just before the consumers' barrier;
+    without it, before the product."""
+    from attngen.families import sm90_bwd_split
+    from attngen.toolchain.sass import disassemble
+
+    monkeypatch.setattr(sm90_bwd_split, "STAGING_WAIT_LATE", late)
+    spec = AttentionSpec(name=f"wait{int(late)}", head_dim=256, dtype="bf16", mask="causal")
+    cubin = build.build_bwd(spec, "sm90")
+    assert "constexpr bool kStagingWaitLate = " + ("true" if late else "false") in cubin.source.code
+    ops = [m.group(1) for m in re.finditer(r"(WARPGROUP\.DEPBAR\.LE gsb0, 0x0|DEPBAR\.LE SB0, 0x0|HGMMA\.64x64x16"
+                                           r"|BAR\.SYNC\.DEFER_BLOCKING 0x1,)", disassemble(cubin.data))]
+    runs = " | ".join(op for i, op in enumerate(ops) if i == 0 or ops[i - 1] != op)
+    wait, product, product_wait, barrier = ("DEPBAR.LE SB0, 0x0", "HGMMA.64x64x16", "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+                                            "BAR.SYNC.DEFER_BLOCKING 0x1,")
+    order = [product, product_wait, wait, barrier] if late else [wait, product, product_wait, barrier]
+    assert " | ".join(order) in runs, runs
+

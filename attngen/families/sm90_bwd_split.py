@@ -91,12 +91,15 @@ STAGED_WG = 1
 #: holds (at hd256 one of its two: 16 KB of the 17 KB left), adding the rest from registers. Why: STAGED_WG's
 #: staging took 16 of the 32 red.global.add.v4.f32 a step off the consumers' path for +5.4-9.4%
 #: (results/h200/hd256_staged_dq); this takes 8 of the remaining 16. Measured with the wait for the staging's reads at
-#: the step's start (results/h200/hd256_staged_wg0): 12% slower. A module constant for the A/B.
+#: the step's start (results/h200/hd256_staged_wg0): 12% slower; with the wait late (STAGING_WAIT_LATE,
+#: results/h200/hd256_wait_late) 1.6-6.1% faster than the early wait but 2.3-5.5% slower than warpgroup 1's staging
+#: alone. Off; a module constant for the A/B.
 STAGE_OTHER_WG = False
 #: A staging warpgroup's thread 0 waits for its last bulk reduction's reads just before the step's first consumer
 #: barrier (after the step's first products and the softmax), not at the step's start. Why: at the start the wait
 #: holds back the whole warpgroup's first wgmma while the reduction drains to L2 (the halves wait late already).
-#: Unmeasured: a module constant for the A/B.
+#: Measured on the H200 (results/h200/hd256_wait_late, alternated by CUDA events): causal +4.3-8.6%, unmasked
+#: +6.2-8.2% at 2k-16k. A module constant for the A/B.
 STAGING_WAIT_LATE = True
 
 
