@@ -62,7 +62,11 @@ def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, f
     last one registered."""
     mask = "causal" if causal else "none"
     ours = kind.startswith("attngen")
-    prefix, _, config = kind.partition("@")   # attngen[:<constants>][@<tiles>]
+    base, _, flag = kind.partition("#")   # attngen[:<constants>][@<tiles>][#deterministic]
+    if flag and (flag != "deterministic" or not ours):
+        raise SystemExit(f"kind {kind!r}: the only flag is '#deterministic', on attngen kinds")
+    deterministic = deterministic or flag == "deterministic"
+    prefix, _, config = base.partition("@")
     tiles = spec_fields(config) if ours else {}
     spec = AttentionSpec(name=f"{mask}_hd{head_dim}_kind{index}", head_dim=head_dim, dtype=dtype, mask=mask,
                          deterministic=deterministic, **tiles)  # type: ignore[arg-type]
@@ -144,8 +148,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,8192,16384")
-    ap.add_argument("--kinds", default="attngen,fa4", help="comma-separated; attngen:<module>.<CONST>=<literal>;... "
-                    "builds attngen with family constants overridden (an A/B in one process)")
+    ap.add_argument("--kinds", default="attngen,fa4",
+                    help="comma-separated; attngen:<module>.<CONST>=<literal>;... builds attngen with family constants "
+                         "overridden (an A/B in one process); a kind's '#deterministic' suffix its deterministic plan")
     ap.add_argument("--deterministic", action="store_true", help="attngen's deterministic plans (FA4 runs its default)")
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--reps", type=int, default=10)
