@@ -243,7 +243,16 @@ def test_the_switches_are_sed_able() -> None:
         assert line in script
 
 
-def test_ordered_dq_never_takes_the_red_path() -> None:
+def test_ordered_dq_takes_the_bulk_path_only_with_its_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ordered dQ is bulk-reduced into the tile-ordered accumulator with ORDERED_DQ_BULK (never added from
+    registers, never overlapped with dq_convert), else TMA-reduced into the row-major one."""
     det = _plan(64, deterministic=True)
-    assert det.dkdv_wgmma.ordered_dq and not det.dkdv_wgmma.dq_red
-    assert "kOrderedDq = true" in render(det).code
+    t = det.dkdv_wgmma
+    assert t.ordered_dq and t.dq_red and t.dq_bulk and not t.dq_overlap
+    assert "kOrderedDq = true" in render(det).code and det.entry_names[-1].endswith("_dq_convert")
+    monkeypatch.setattr(sm90_bwd, "DQ_BULK", False)
+    assert not _plan(64, deterministic=True).dkdv_wgmma.dq_red, "never from registers"
+    monkeypatch.setattr(sm90_bwd, "DQ_BULK", True)
+    monkeypatch.setattr(sm90_bwd, "ORDERED_DQ_BULK", False)
+    row_major = _plan(64, deterministic=True)
+    assert row_major.dkdv_wgmma.ordered_dq and not row_major.dkdv_wgmma.dq_red and len(row_major.entry_names) == 2

@@ -217,13 +217,13 @@ def test_each_backward_family_renders_only_the_kernels_it_launches() -> None:
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
     wgmma, mma = render(plan_bwd(spec, Arch.sm90)), render(plan_bwd(spec, Arch.sm80))
     assert wgmma.plan.family == "sm90_bwd" and mma.plan.family == "sm80_bwd"
-    # causal and unmasked: dQ by bulk reductions into the tile-ordered accumulator, then dq_convert; deterministic:
-    # the row-major accumulator the host scales (sm90_bwd.dq_red_serves)
+    # causal, unmasked and deterministic: dQ by bulk reductions into the tile-ordered accumulator, then dq_convert
+    # (sm90_bwd.dq_red_serves)
     assert [e.rsplit("multistage_", 1)[1] for e in wgmma.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
     red = render(plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), Arch.sm90))
     assert [e.rsplit("multistage_", 1)[1] for e in red.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
     ordered = render(plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm90))
-    assert [e.rsplit("multistage_", 1)[1] for e in ordered.entry_names] == ["preprocess", "dkdv_wgmma"]
+    assert [e.rsplit("multistage_", 1)[1] for e in ordered.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
     # sm80_bwd: atomic dQ into the group-ordered accumulator, then dq_convert; deterministic: the dQ kernel
     assert [e.rsplit("multistage_", 1)[1] for e in mma.entry_names] == ["preprocess", "dkdv", "dq_convert"]
     mma_det = render(plan_bwd(spec.model_copy(update={"deterministic": True}), Arch.sm80))

@@ -373,6 +373,43 @@ def test_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.Monk
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
+@pytest.mark.parametrize(("mask", "head_dim"), [("none", 64), ("causal", 128), ("none", 128)])
+def test_ordered_dq_by_bulk_reductions_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
+                                                                head_dim: int) -> None:
+    """A deterministic dQ bulk-reduced into the tile-ordered accumulator in each tile's turn (sm90_bwd.ORDERED_DQ_BULK)
+    gives dK and dV bitwise equal to the row-major accumulator's tensor-map reductions in the same turns, dQ within
+    rounding of it (dq_convert scales where the host did), and exact gradients; two runs give the same bits."""
+    from attngen.families import sm90_bwd
+
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd, lambda bulk: {"ORDERED_DQ_BULK": bulk},
+        lambda bulk: AttentionSpec(name=f"ordered_bulk{int(bulk)}_{mask}{head_dim}", head_dim=head_dim, dtype="bf16",
+                                   mask=mask, deterministic=True),
+        lambda t, bulk: t.ordered_dq and t.dq_bulk == bulk and not t.dq_overlap, 1100, "close",
+        [*_AB_SHAPES, (3, 130, 700, 2, 2)])
+    kernel = _kernel(spec)
+    q, k, v, dout = _inputs(spec, (2, 1500, 1500, 4, 2), seed=8)
+    first, again = _grads(kernel, q, k, v, dout), _grads(kernel, q, k, v, dout)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
+
+
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_deterministic_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch,
+                                                                      mask: str) -> None:
+    """hd256's deterministic split with its dV products issued once P^T is stored (DV_EARLY_DETERMINISTIC) gives dK,
+    dV and dQ bitwise equal to the split that issues them with dK (the same products, dQ added in the same order), and
+    exact gradients."""
+    from attngen.families import sm90_bwd_split
+
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd_split, lambda early: {"DV_EARLY_DETERMINISTIC": early},
+        lambda early: AttentionSpec(name=f"split_det_early{int(early)}_{mask}", head_dim=256, dtype="bf16", mask=mask,
+                                    deterministic=True),
+        lambda t, early: t.dv_early == early and t.ordered_dq and not t.dq_bulk, 1000, "bitwise")
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
+
+
 @pytest.mark.parametrize(("mask", "window"), [("none", None), ("causal", None), ("sliding_window", (200, 0))])
 def test_split_staged_dq_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                   window: tuple[int, int] | None) -> None:

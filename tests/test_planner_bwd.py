@@ -6,6 +6,7 @@ import pytest
 
 from attngen.catalogue import load_catalogue
 from attngen.errors import PlanError
+from attngen.families import sm90_bwd
 from attngen.families.sm80_bwd import Sm80Backward, atomic_dq_cols, dkdv_registers, dkdv_smem, dq_smem
 from attngen.families.sm90_bwd_halves import staged_dq
 from attngen.families.sm90_bwd_split import staged_split
@@ -94,7 +95,7 @@ def test_atomic_dq_variant_compiles_without_spills(head_dim: int) -> None:
     assert all((r.spill_stores, r.spill_loads) == (0, 0) for r in cubin.resources), cubin.resources
 
 
-def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
+def test_hopper_backward_serves_sm90_hd128_deterministic_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
     from attngen.planning.planner_bwd import considered_bwd
 
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
@@ -109,16 +110,22 @@ def test_hopper_backward_serves_sm90_hd128_deterministic_or_not() -> None:
     assert h.block_n == 128 and h.threads == 384 and "wgmma" in p.reason
     det = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none", deterministic=True), "sm90")
     assert isinstance(det, HopperBwdPlan) and det.dkdv_wgmma.ordered_dq
-    # The ordered dQ keeps the row-major staged path (producer warp 1 issues the tensor-map reductions in order); the
-    # default stages its boxes in fragment order for bulk reductions into the tile-ordered accumulator (dq_bulk): the
-    # same boxes and 3 stages; the same tiles and registers otherwise.
-    assert not det.dkdv_wgmma.dq_red and len(det.entry_names) == 2 and det.dkdv_wgmma.stages == 3
-    assert h.dq_red and h.dq_bulk and not det.dkdv_wgmma.dq_bulk
-    dq_bytes = [t.smem.offset("Rows") - t.smem.offset("DQ") for t in (det.dkdv_wgmma, h)]
-    assert dq_bytes == [2 * 64 * 64 * 4] * 2 and h.stages == 3
+    # The ordered dQ stages its boxes in fragment order for bulk reductions into the tile-ordered accumulator as the
+    # default does (ORDERED_DQ_BULK; producer warp 1 issues them in each tile's turn), not overlapped with dq_convert;
+    # without the switch, the row-major staged path (tensor-map reductions, no dq_convert). The same boxes, 3 stages,
+    # tiles and registers either way.
+    assert det.dkdv_wgmma.dq_red and det.dkdv_wgmma.dq_bulk and not det.dkdv_wgmma.dq_overlap
+    assert len(det.entry_names) == 3 and det.dkdv_wgmma.stages == 3
+    monkeypatch.setattr(sm90_bwd, "ORDERED_DQ_BULK", False)
+    row_major = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none", deterministic=True), "sm90")
+    assert isinstance(row_major, HopperBwdPlan) and len(row_major.entry_names) == 2
+    assert not row_major.dkdv_wgmma.dq_red and row_major.dkdv_wgmma.stages == 3
+    assert h.dq_red and h.dq_bulk
+    dq_bytes = [t.smem.offset("Rows") - t.smem.offset("DQ") for t in (det.dkdv_wgmma, row_major.dkdv_wgmma, h)]
+    assert dq_bytes == [2 * 64 * 64 * 4] * 3 and h.stages == 3
     same = ("block_m", "block_n", "producer_regs", "consumer_regs", "dq_cols", "dq_col_step", "dq_query_step",
             "dkv_from_smem", "dq_before_dk", "regs_estimate")
-    assert all(getattr(det.dkdv_wgmma, f) == getattr(h, f) for f in same)
+    assert all(getattr(t.dkdv_wgmma, f) == getattr(h, f) for f in same for t in (det, row_major))
     holes = AttentionSpec(head_dim=128, dtype="bf16", deterministic=True, mask={
         "expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
         "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}})

@@ -158,24 +158,29 @@ def test_split_kernel_compiles_to_the_products_and_reductions_it_names(monkeypat
     assert "red.global.add.v4.f32" in cubin.source.code and "SplitRole<1>" in cubin.source.code
 
 
-def test_deterministic_hd128_orders_its_dq_reductions() -> None:
+@pytest.mark.parametrize("bulk", [True, False])
+def test_deterministic_hd128_orders_its_dq_reductions(monkeypatch: pytest.MonkeyPatch, bulk: bool) -> None:
     """deterministic at hd64/128: the same wgmma kernel, its dQ reductions waiting on a semaphore per query tile
-    (the spin's NANOSLEEP, the release's and the passes' REDG beside the TMA reductions); the default stages dQ for
-    contiguous bulk reductions into the tile-ordered accumulator instead where unmasked (DQ_RED with DQ_BULK: UBLKRED,
-    no tensor-map reduction, no semaphore; its only REDG and poll count the block for dq_convert's overlap)."""
+    (the spin's NANOSLEEP, the release's and the passes' REDG beside the reductions): contiguous bulk reductions into
+    the tile-ordered accumulator as the default's (ORDERED_DQ_BULK: UBLKRED, no tensor-map reduction), else tensor-map
+    reductions into the row-major one. The default has no semaphore (its only REDG and poll count the block for
+    dq_convert's overlap)."""
+    from attngen.families import sm90_bwd
     from attngen.toolchain.sass import disassemble, opcodes
 
+    monkeypatch.setattr(sm90_bwd, "ORDERED_DQ_BULK", bulk)
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="none")
-    ordered = build.build_bwd(spec.model_copy(update={"deterministic": True}), "sm90")
+    ordered = build.build_bwd(spec.model_copy(update={"deterministic": True, "name": f"ordered{int(bulk)}"}), "sm90")
     default = build.build_bwd(spec, "sm90")
     assert ordered.source.plan.dkdv_wgmma.ordered_dq and not default.source.plan.dkdv_wgmma.ordered_dq
+    assert ordered.source.plan.dkdv_wgmma.dq_bulk == bulk
     assert all(r.spill_stores == r.spill_loads == r.stack_bytes == 0 for r in ordered.resources)
     o, d = (opcodes(disassemble(c.data)) for c in (ordered, default))
-    assert o["UTMAREDG"] > 0 and d["UTMAREDG"] == 0 and default.source.plan.dkdv_wgmma.dq_red
+    assert (o["UTMAREDG"] == 0) == bulk and (o["UBLKRED"] > 0) == bulk
+    assert d["UTMAREDG"] == 0 and d["UBLKRED"] > 0 and default.source.plan.dkdv_wgmma.dq_bulk
     # The default's one poll and one count are dq_convert's overlap (test_bwd_dq_overlap.py), not a semaphore.
     overlap = int(default.source.plan.dkdv_wgmma.dq_overlap)
     assert o["NANOSLEEP"] > 0 and o["REDG"] > 0 and d["NANOSLEEP"] == overlap and d["REDG"] == overlap
-    assert d["UBLKRED"] > 0 and o["UBLKRED"] == 0 and default.source.plan.dkdv_wgmma.dq_bulk
     assert "constexpr bool kOrderedDq = true;" in ordered.source.code
 
 
@@ -317,9 +322,9 @@ def test_ordered_dq_reads_its_chains_from_the_parameters_and_the_default_keeps_t
 def test_dv_is_issued_once_p_is_stored_where_the_scores_split_by_product(monkeypatch: pytest.MonkeyPatch) -> None:
     """DV_EARLY_MASKED: by product, each warpgroup issues its dV product as soon as warpgroup 0's P^T is stored
     (warpgroup 0 after its own barrier, warpgroup 1 after the P-ready one, before its dS values), dK after the dS^T
-    barrier; the products are the same 64 HGMMAs, with no spill and none serialized. Not where dQ is ordered
-    (deterministic), nor where the scores split by columns (a softcap's derivative), nor with DV_EARLY_MASKED off;
-    unmasked with DV_EARLY_UNMASKED, and not without it."""
+    barrier; the products are the same 64 HGMMAs, with no spill and none serialized. Not where the scores split by
+    columns (a softcap's derivative), nor with DV_EARLY_MASKED off; unmasked with DV_EARLY_UNMASKED and deterministic
+    with DV_EARLY_DETERMINISTIC (never staged: its dQ keeps its turns), and not without them."""
     from attngen.families import sm90_bwd_split
     from attngen.toolchain.sass import disassemble, opcodes
 
@@ -338,10 +343,14 @@ def test_dv_is_issued_once_p_is_stored_where_the_scores_split_by_product(monkeyp
     dv, lds = "HGMMA.64x128x16", "LDS"
     assert any(runs[i] == "BAR.SYNC" and (runs[i + 1:i + 3] == [dv, lds] or runs[i + 1:i + 4] == [lds, dv, lds])
                for i in range(len(runs))), runs
-    for other in (AttentionSpec(name="det256", head_dim=256, dtype="bf16", mask="causal", deterministic=True),
-                  AttentionSpec(name="cap256", head_dim=256, dtype="bf16", mask="causal", score_mod={"softcap": 30.0})):
-        assert not sm90_bwd_split.dv_early(other)
-        assert not plan_bwd(other, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
+    cap = AttentionSpec(name="cap256", head_dim=256, dtype="bf16", mask="causal", score_mod={"softcap": 30.0})
+    assert not sm90_bwd_split.dv_early(cap)
+    assert not plan_bwd(cap, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
+    det = AttentionSpec(name="det256", head_dim=256, dtype="bf16", mask="causal", deterministic=True)
+    t_det = plan_bwd(det, Arch.sm90).dkdv_wgmma
+    assert t_det.dv_early and t_det.ordered_dq and not t_det.dq_bulk and t_det.do_stages == 0  # type: ignore[union-attr]
+    monkeypatch.setattr(sm90_bwd_split, "DV_EARLY_DETERMINISTIC", False)
+    assert not plan_bwd(det, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
     unmasked = AttentionSpec(name="none256", head_dim=256, dtype="bf16", mask="none")
     assert plan_bwd(unmasked, Arch.sm90).dkdv_wgmma.dv_early  # type: ignore[union-attr]
     monkeypatch.setattr(sm90_bwd_split, "DV_EARLY_UNMASKED", False)

@@ -140,6 +140,12 @@ DQ_RED = True
 DQ_BULK = True
 #: Whether masked specs take the tile-ordered accumulator too (dq_red_serves); a module constant for the A/B.
 DQ_RED_MASKED = True
+#: Whether an ordered (deterministic) dQ takes the bulk reductions into the tile-ordered accumulator too, its producer
+#: warp waiting for each query tile's turn as before (dq_red_serves). Why: its TMA tensor reductions into the
+#: row-major accumulator are the path the default left for bulk reductions (+4-9%, results/h100/dq_bulk), and the
+#: deterministic plans read 0.74-0.81 of the default at hd128 on the H200 (results/h200/bwd_suite_1; target 0.8).
+#: Unmeasured: a module constant for the A/B.
+ORDERED_DQ_BULK = True
 #: dq_convert overlapping the dK/dV kernel's last wave (HopperBwdTiling.dq_overlap), where dQ is staged for producer
 #: warp 1's bulk reductions. Why: dq_convert reads the fp32 accumulator and writes dQ at copy bandwidth after the dK/dV
 #: grid, 137 us of a 32k-token x 16-head step at hd128 (results/h100/seqlens/bench_7), while the grid's last wave
@@ -192,7 +198,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dq_query_step=query_step, dkv_from_smem=from_smem,
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
-                           dq_bulk=bulk, dq_overlap=bulk and DQ_OVERLAP and info.programmatic_launch,
+                           dq_bulk=bulk, dq_overlap=bulk and DQ_OVERLAP and info.programmatic_launch and not ordered_dq,
                            ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
@@ -258,22 +264,23 @@ def _rows_layout(spec: AttentionSpec, *, bm: int, stages: int, ds_buffers: int, 
 
 def block_m(spec: AttentionSpec, bulk: bool) -> int:
     """Query rows per step (BLOCK_M; BLOCK_M_UNMASKED for unmasked specs whose dQ is bulk-reduced into the
-    tile-ordered accumulator, the only path that takes a transposed dQ product)."""
+    tile-ordered accumulator unordered, the only path that takes a transposed dQ product)."""
     d = spec.head_dim
-    if bulk and spec.mask.kind is MaskKind.none and d in BLOCK_M_UNMASKED:
+    if bulk and spec.mask.kind is MaskKind.none and not spec.deterministic and d in BLOCK_M_UNMASKED:
         return BLOCK_M_UNMASKED[d]
     return BLOCK_M[d]
 
 
 def dq_line(t: HopperBwdTiling) -> str:
     """How the 64-KV-row consumers add dQ, for plan_line and explain."""
+    order = ", ordered by a semaphore per query tile (deterministic)" if t.ordered_dq else ""
     if t.dq_bulk:
         return ("dQ staged in fragment order, by bulk reductions into a tile-ordered accumulator"
-                + (", converted under the last wave as each (entry, KV head) completes" if t.dq_overlap else ""))
+                + (", converted under the last wave as each (entry, KV head) completes" if t.dq_overlap else "")
+                + order)
     if t.dq_red:
         return f"dQ by {TILED_DQ_PATH}"
-    return "dQ by TMA bulk reductions" + (", ordered by a semaphore per query tile (deterministic)"
-                                          if t.ordered_dq else "")
+    return "dQ by TMA bulk reductions" + order
 
 
 def _owner_line(t: HopperBwdTiling, head_dim: int) -> str:
@@ -286,11 +293,12 @@ def _owner_line(t: HopperBwdTiling, head_dim: int) -> str:
 def dq_red_serves(spec: AttentionSpec, ordered_dq: bool) -> bool:
     """Whether the 64-KV-row consumers add dQ into the tile-ordered accumulator (HopperBwdTiling.dq_red; by bulk
     reductions of staged fragments with DQ_BULK) rather than the row-major one by TMA tensor reductions. An ordered
-    dQ keeps the latter (its reductions are issued in dispatch order behind semaphores, on the row-major layout).
+    dQ (its reductions issued in dispatch order behind semaphores) takes it with ORDERED_DQ_BULK, else the latter.
     Measured on the H100: red from registers, hd128 unmasked +4-6% at 8k, causal -2-8% (results/h100/dq_red/ab.txt);
     with DQ_BULK, masked specs too (DQ_RED_MASKED) and dQ before dK (dq_before_dk), hd128 causal 472-478 -> 503-507
     TFLOP/s at 8k, hd64 403-407 -> 414 (results/h100/dq_stm/ab_bwd.txt)."""
-    return DQ_RED and not ordered_dq and (DQ_RED_MASKED or spec.mask.kind is MaskKind.none)
+    ordered_ok = not ordered_dq or (DQ_BULK and ORDERED_DQ_BULK)
+    return DQ_RED and ordered_ok and (DQ_RED_MASKED or spec.mask.kind is MaskKind.none)
 
 
 def dq_before_dk(dkv_from_smem: bool) -> bool:

@@ -105,8 +105,9 @@ STAGING_WAIT_LATE = True
 
 def staged_split(spec: AttentionSpec) -> bool:
     """Whether the split stages dQ boxes beside one dO stage: SPLIT_STAGED_DQ where its dV products go early, into
-    the tile-ordered accumulator (SPLIT_DQ_V4: a bulk reduction adds the staged boxes' contiguous bytes)."""
-    return SPLIT_STAGED_DQ and SPLIT_DQ_V4 and dv_early(spec)
+    the tile-ordered accumulator (SPLIT_DQ_V4: a bulk reduction adds the staged boxes' contiguous bytes), unordered
+    (a deterministic dQ keeps its turns around reductions from registers)."""
+    return SPLIT_STAGED_DQ and SPLIT_DQ_V4 and not spec.deterministic and dv_early(spec)
 
 
 def staged_roles(roles: tuple[SplitRole, ...], other: int) -> tuple[SplitRole, ...]:
@@ -167,13 +168,18 @@ def by_product(spec: AttentionSpec) -> bool:
 #: (SPLIT_STAGED_DQ, results/h200/hd256_staged_dq). Module constants for the A/B.
 DV_EARLY_MASKED = True
 DV_EARLY_UNMASKED = True
+#: The same for deterministic specs (dQ ordered: the dV products do not touch dQ, whose turns stay as they are).
+#: Unmeasured: a module constant for the A/B.
+DV_EARLY_DETERMINISTIC = True
 
 
 def dv_early(spec: AttentionSpec) -> bool:
-    """Whether the split issues its dV products early: by product, dQ not ordered (deterministic), and
-    DV_EARLY_MASKED where a mask hides keys (the kernels' Var::kDense false), else DV_EARLY_UNMASKED."""
-    if not by_product(spec) or spec.deterministic:
+    """Whether the split issues its dV products early: by product, and DV_EARLY_DETERMINISTIC where dQ is ordered,
+    else DV_EARLY_MASKED where a mask hides keys (the kernels' Var::kDense false), else DV_EARLY_UNMASKED."""
+    if not by_product(spec):
         return False
+    if spec.deterministic:
+        return DV_EARLY_DETERMINISTIC
     return DV_EARLY_MASKED if hides_keys(variant_of(spec)) else DV_EARLY_UNMASKED
 
 
