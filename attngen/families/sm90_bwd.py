@@ -144,7 +144,8 @@ DQ_RED_MASKED = True
 #: warp waiting for each query tile's turn as before (dq_red_serves). Why: its TMA tensor reductions into the
 #: row-major accumulator are the path the default left for bulk reductions (+4-9%, results/h100/dq_bulk), and the
 #: deterministic plans read 0.74-0.81 of the default at hd128 on the H200 (results/h200/bwd_suite_1; target 0.8).
-#: Unmeasured: a module constant for the A/B.
+#: Measured on the H200 (results/h200/det_1, alternated by CUDA events): hd64 +3.9-13.8%, hd128 +4.8-8.7% at 2k-16k.
+#: A module constant for the A/B.
 ORDERED_DQ_BULK = True
 #: dq_convert overlapping the dK/dV kernel's last wave (HopperBwdTiling.dq_overlap), where dQ is staged for producer
 #: warp 1's bulk reductions. Why: dq_convert reads the fp32 accumulator and writes dQ at copy bandwidth after the dK/dV

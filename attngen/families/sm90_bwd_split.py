@@ -160,16 +160,17 @@ def by_product(spec: AttentionSpec) -> bool:
 
 
 #: By product (by_product), each warpgroup issues its dV columns' product as soon as all of P^T is in shared memory,
-#: before warpgroup 1's dS values and the dS^T barrier (HopperBwdTiling.dv_early), where dQ is not ordered: masked
-#: specs (DV_EARLY_MASKED) and unmasked ones (DV_EARLY_UNMASKED). Why: both warpgroups' dV and dK waited for that
-#: barrier, so the tensor pipe idled through warpgroup 1's dS values and stores (hd192's halves gained 1-4% from the
-#: same move, results/h200/hd192_dv_early). Measured on the H200, alternated by CUDA events: causal +2.1-3.2% at 2k-16k
-#: (results/h200/hd256_dv_early); unmasked 0.8-1.4% slower alone, but +5.4-9.4% with the dQ staging it brings
-#: (SPLIT_STAGED_DQ, results/h200/hd256_staged_dq). Module constants for the A/B.
+#: before warpgroup 1's dS values and the dS^T barrier (HopperBwdTiling.dv_early): masked specs (DV_EARLY_MASKED),
+#: unmasked ones (DV_EARLY_UNMASKED) and deterministic ones (DV_EARLY_DETERMINISTIC). Why: both warpgroups' dV and dK
+#: waited for that barrier, so the tensor pipe idled through warpgroup 1's dS values and stores (hd192's halves gained
+#: 1-4% from the same move, results/h200/hd192_dv_early). Measured on the H200, alternated by CUDA events: causal
+#: +2.1-3.2% at 2k-16k (results/h200/hd256_dv_early); unmasked 0.8-1.4% slower alone, but +5.4-9.4% with the dQ staging
+#: it brings (SPLIT_STAGED_DQ, results/h200/hd256_staged_dq). Module constants for the A/B.
 DV_EARLY_MASKED = True
 DV_EARLY_UNMASKED = True
 #: The same for deterministic specs (dQ ordered: the dV products do not touch dQ, whose turns stay as they are).
-#: Unmeasured: a module constant for the A/B.
+#: Measured on the H200 (results/h200/det_1): causal +0.9-4.6%, unmasked level (0.991-1.017). A module constant for
+#: the A/B.
 DV_EARLY_DETERMINISTIC = True
 
 
