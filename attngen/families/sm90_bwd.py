@@ -7,8 +7,8 @@ warpgroup stages its dQ product in shared memory in wgmma fragment order and pro
 contiguous bulk reduction (cp.reduce.async.bulk .add.f32) into a tile-ordered fp32 accumulator
 (HopperBwdTiling.dq_red: per-entry padded query tiles, each 64 x 64 box in fragment order), which dq_convert scales
 and writes as dQ (without DQ_BULK the consumers add it from registers by red.global.add.v4.f32). The rounding order
-of dQ varies from run to run; for deterministic specs (HopperBwdTiling.ordered_dq) dQ is staged in shared memory and
-added to the row-major accumulator with cp.reduce.async.bulk.tensor .add by producer warp 1, a semaphore per query
+of dQ varies from run to run; for deterministic specs (HopperBwdTiling.ordered_dq) producer warp 1 issues the same
+bulk reductions (ORDERED_DQ_BULK; else tensor-map reductions into the row-major accumulator), a semaphore per query
 tile admitting the KV blocks' reductions one at a time in dispatch order (the ordering needs one issuing warp per
 block; the consumers' own reductions could not be ordered without stalling them). The hd192/256 split adds dQ from
 registers too (sm90_bwd_split.py; deterministic: each consumer warpgroup waits for a tile's turn before its
