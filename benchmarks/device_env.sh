@@ -26,6 +26,27 @@ gpu_tests() {
   tail -4 "$log"
 }
 
+# gpu_info FILE: the GPU (name, driver, clocks, memory, temperature), torch and cuDNN, NVRTC and FA4's versions.
+gpu_info() {
+  {
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total,temperature.gpu --format=csv
+    python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
+    python3 -c "from attngen.toolchain.compiler import nvrtc_version; print('nvrtc', nvrtc_version())"
+    python3 -c "import flash_attn.cute, importlib.metadata as m; print('flash-attn-4', m.version('flash-attn-4'))"
+  } > "$1" 2>&1
+}
+
+# ab_events NAME LIMIT_S ARGS...: benchmarks/bwd_interleaved.py --timer events ARGS (kinds alternated in one process,
+# calls back to back between CUDA events) under a time limit into $OUT/NAME.txt; its exit code and the seconds since
+# the script began, then its speed lines.
+ab_events() {
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" python3 benchmarks/bwd_interleaved.py --timer events "$@" > "$OUT/$name.txt" 2>&1
+  echo "$name rc $? after ${SECONDS}s"
+  grep speed "$OUT/$name.txt"
+}
+
 # tree_copy DIR: a fresh copy of this tree's attngen/ and templates/ at DIR, for a variant to edit and time.
 tree_copy() {
   rm -rf "$1" && mkdir -p "$1" && cp -r attngen templates "$1/"

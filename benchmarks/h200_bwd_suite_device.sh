@@ -7,12 +7,7 @@
 . benchmarks/device_env.sh
 fa4_peer || exit 1
 SECONDS=0
-{
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total,temperature.gpu --format=csv
-  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
-  python3 -c "from attngen.toolchain.compiler import nvrtc_version; print('nvrtc', nvrtc_version())"
-  python3 -c "import flash_attn.cute, importlib.metadata as m; print('flash-attn-4', m.version('flash-attn-4'))"
-} > "$OUT/gpu.txt" 2>&1
+gpu_info "$OUT/gpu.txt"
 timeout "${LIMIT:-540}" python3 benchmarks/bwd_interleaved.py --timer events --head-dims "${HEAD_DIMS:-64,128,192,256}" \
   --seqlens 2048,8192,16384 --reps "${REPS:-3}" --kinds "attngen,attngen#deterministic,fa4,cudnn" > "$OUT/bwd.txt" 2>&1
 echo "suite rc $? after ${SECONDS}s"

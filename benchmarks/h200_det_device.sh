@@ -8,14 +8,7 @@
 SECONDS=0
 gpu_tests "${TEST_LIMIT:-240}" "$OUT/tests.txt" tests/test_gpu_backward.py tests/test_gpu_compat.py \
   -k "${TESTS_K:-determin or ordered_dq or split_det}"
-ab() {
-  local name=$1
-  shift
-  timeout 200 python3 benchmarks/bwd_interleaved.py --timer events --seqlens 2048,8192,16384 --reps "${REPS:-3}" "$@" \
-    > "$OUT/$name.txt" 2>&1
-  echo "$name rc $? after ${SECONDS}s"
-  grep speed "$OUT/$name.txt"
-}
+ab() { ab_events "$1" 200 --seqlens 2048,8192,16384 --reps "${REPS:-3}" "${@:2}"; }
 ab ab_rows --head-dims 64,128 --kinds "attngen:sm90_bwd.ORDERED_DQ_BULK=False#deterministic,attngen#deterministic,attngen"
 ab ab_split --head-dims 256 \
   --kinds "attngen:sm90_bwd_split.DV_EARLY_DETERMINISTIC=False#deterministic,attngen#deterministic,attngen"

@@ -5,14 +5,7 @@
 # $OUT/carry_none.txt, carry_causal.txt, det.txt.
 . benchmarks/device_env.sh
 SECONDS=0
-ab() {
-  local name=$1
-  shift
-  timeout 200 python3 benchmarks/bwd_interleaved.py --timer events --head-dims 192 --seqlens 2048,8192,16384 \
-    --reps "${REPS:-5}" "$@" > "$OUT/$name.txt" 2>&1
-  echo "$name rc $? after ${SECONDS}s"
-  grep speed "$OUT/$name.txt"
-}
+ab() { ab_events "$1" 200 --head-dims 192 --seqlens 2048,8192,16384 --reps "${REPS:-5}" "${@:2}"; }
 ab carry_none --masks none --kinds "attngen,attngen:sm90_bwd_halves.CARRY_PRODUCTS_UNMASKED=True"
 ab carry_causal --masks causal --kinds "attngen,attngen:sm90_bwd_halves.CARRY_PRODUCTS_MASKED=False"
 ab det --deterministic --kinds "attngen:sm90_bwd_halves.DV_EARLY=False,attngen"

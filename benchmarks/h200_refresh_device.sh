@@ -15,12 +15,7 @@ fa4_peer || exit 1
 dir=$OUT/refresh
 mkdir -p "$dir"
 SECONDS=0
-{
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total,temperature.gpu --format=csv
-  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
-  python3 -c "from attngen.toolchain.compiler import nvrtc_version; print('nvrtc', nvrtc_version())"
-  python3 -c "import flash_attn.cute, importlib.metadata as m; print('flash-attn-4', m.version('flash-attn-4'))"
-} > "$OUT/gpu.txt" 2>&1
+gpu_info "$OUT/gpu.txt"
 summary=$OUT/summary.txt
 gpu_tests "${TEST_LIMIT:-150}" "$dir/tests_decode.txt" tests/test_gpu_decode_checks.py tests/test_gpu_decode.py \
   >> "$summary"

@@ -9,13 +9,6 @@ fa4_peer || exit 1
 SECONDS=0
 gpu_tests "${TEST_LIMIT:-200}" "$OUT/tests.txt" tests/test_gpu_backward.py \
   -k "${TESTS_K:-split_staged or split_dv or 256}"
-ab() {
-  local name=$1
-  shift
-  timeout 200 python3 benchmarks/bwd_interleaved.py --timer events --head-dims 256 --seqlens 2048,8192,16384 \
-    --reps "${REPS:-4}" "$@" > "$OUT/$name.txt" 2>&1
-  echo "$name rc $? after ${SECONDS}s"
-  grep speed "$OUT/$name.txt"
-}
+ab() { ab_events "$1" 200 --head-dims 256 --seqlens 2048,8192,16384 --reps "${REPS:-4}" "${@:2}"; }
 ab ab_causal --masks causal --kinds "attngen:sm90_bwd_split.SPLIT_STAGED_DQ=False,attngen,cudnn,fa4"
 ab ab_none --masks none --kinds "attngen,attngen:sm90_bwd_split.DV_EARLY_UNMASKED=True,cudnn"

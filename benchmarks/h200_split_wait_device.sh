@@ -8,14 +8,7 @@
 SECONDS=0
 gpu_tests "${TEST_LIMIT:-300}" "$OUT/tests.txt" tests/test_gpu_backward.py tests/test_gpu_varlen.py \
   -k "${TESTS_K:-split_wait or split_staging or split_staged or split_dv or 256}"
-ab() {
-  local name=$1
-  shift
-  timeout 230 python3 benchmarks/bwd_interleaved.py --timer events --head-dims 256 --seqlens 2048,8192,16384 \
-    --reps "${REPS:-4}" "$@" > "$OUT/$name.txt" 2>&1
-  echo "$name rc $? after ${SECONDS}s"
-  grep speed "$OUT/$name.txt"
-}
+ab() { ab_events "$1" 230 --head-dims 256 --seqlens 2048,8192,16384 --reps "${REPS:-4}" "${@:2}"; }
 kinds="attngen:sm90_bwd_split.STAGING_WAIT_LATE=False,attngen,attngen:sm90_bwd_split.STAGE_OTHER_WG=True,cudnn"
 ab ab_causal --masks causal --kinds "$kinds"
 ab ab_none --masks none --kinds "$kinds"
