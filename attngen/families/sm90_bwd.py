@@ -316,8 +316,8 @@ def dq_before_dk(dkv_from_smem: bool) -> bool:
 
 class Sm90Backward(BackwardFamily):
     name = "sm90_bwd"
-    path = ("TMA + wgmma, dQ by bulk reductions into a tile-ordered accumulator (deterministic: TMA bulk reductions "
-            "in order; hd192/256: head_dim split, vector reductions)")
+    path = ("TMA + wgmma, dQ by bulk reductions into a tile-ordered accumulator (deterministic: the same, in each "
+            "tile's turn; hd192: KV-row halves; hd256: head_dim split, staged and vector reductions)")
     template = "attn_bwd_hopper.cu.j2"
 
     def coverage(self) -> Coverage:

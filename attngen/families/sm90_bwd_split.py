@@ -6,8 +6,10 @@ warpgroups computes half the query columns of S^T = K Q^T and dP^T = V dO^T (64 
 P^T and dS^T in shared memory, and once both halves are there adds P^T dO and dS^T Q to its dV and dK columns and
 computes its dQ columns (dS K, one 64-column box per product), which it adds to the fp32 accumulator from registers
 with vector reductions: by default (SPLIT_DQ_V4) red.global.add.v4.f32 into the tile-ordered accumulator
-(HopperBwdTiling.dq_red; dq_convert writes dQ), else red.global.add.v2.f32 into the row-major one. No staging boxes,
-so two or three Q/dO stages fit beside K and V. Deterministic specs (HopperBwdTiling.ordered_dq) keep these
+(HopperBwdTiling.dq_red; dq_convert writes dQ), else red.global.add.v2.f32 into the row-major one. Where the scores
+split by product, dV's products are issued once P^T is stored (dv_early); unordered, dO then takes one stage of its
+own, and warpgroup 1 stages its dQ boxes in shared memory for one bulk reduction a step (SPLIT_STAGED_DQ; its wait for
+the staging's reads late in the next step, STAGING_WAIT_LATE). Deterministic specs (HopperBwdTiling.ordered_dq) keep these
 reductions, each warpgroup waiting for the tile's semaphore to admit this KV block before its first reduction into
 the tile and passing it on after its last (HopperBwdTiling.dq_adders: one step per warpgroup that owns dQ columns).
 The split balances the products: a dK/dV box costs two 64 x 64 x 64 products per step, a dQ box one.
