@@ -1,18 +1,18 @@
 """The Hopper backward at head dims whose dK and dV do not fit one warpgroup's registers (192, 256): the consumer
 warpgroups split head_dim between them (HopperBwdTiling.split).
 
-A block owns 64 KV rows of one KV head and walks query tiles of 64 rows. Per step each of the two consumer
-warpgroups computes half the query columns of S^T = K Q^T and dP^T = V dO^T (64 x 32), turns them into its half of
-P^T and dS^T in shared memory, and once both halves are there adds P^T dO and dS^T Q to its dV and dK columns and
-computes its dQ columns (dS K, one 64-column box per product), which it adds to the fp32 accumulator from registers
-with vector reductions: by default (SPLIT_DQ_V4) red.global.add.v4.f32 into the tile-ordered accumulator
-(HopperBwdTiling.dq_red; dq_convert writes dQ), else red.global.add.v2.f32 into the row-major one. Where the scores
-split by product, dV's products are issued once P^T is stored (dv_early); unordered, dO then takes one stage of its
-own, and warpgroup 1 stages its dQ boxes in shared memory for one bulk reduction a step (SPLIT_STAGED_DQ; its wait for
-the staging's reads late in the next step, STAGING_WAIT_LATE). Deterministic specs (HopperBwdTiling.ordered_dq) keep these
-reductions, each warpgroup waiting for the tile's semaphore to admit this KV block before its first reduction into
-the tile and passing it on after its last (HopperBwdTiling.dq_adders: one step per warpgroup that owns dQ columns).
-The split balances the products: a dK/dV box costs two 64 x 64 x 64 products per step, a dQ box one.
+A block owns 64 KV rows of one KV head and walks query tiles of 64 rows. Per step each of the two consumer warpgroups
+computes half the query columns of S^T = K Q^T and dP^T = V dO^T (64 x 32), turns them into its half of P^T and dS^T
+in shared memory, and once both halves are there adds P^T dO and dS^T Q to its dV and dK columns and computes its dQ
+columns (dS K, one 64-column box per product), which it adds to the fp32 accumulator from registers with vector
+reductions: by default (SPLIT_DQ_V4) red.global.add.v4.f32 into the tile-ordered accumulator (HopperBwdTiling.dq_red;
+dq_convert writes dQ), else red.global.add.v2.f32 into the row-major one. Where the scores split by product, dV's
+products are issued once P^T is stored (dv_early); unordered, dO then takes one stage of its own, and warpgroup 1
+stages its dQ boxes in shared memory for one bulk reduction a step (SPLIT_STAGED_DQ; its wait for the staging's reads
+late in the next step, STAGING_WAIT_LATE). Deterministic specs (HopperBwdTiling.ordered_dq) keep these reductions,
+each warpgroup waiting for the tile's semaphore to admit this KV block before its first reduction into the tile and
+passing it on after its last (HopperBwdTiling.dq_adders: one step per warpgroup that owns dQ columns). The split
+balances the products: a dK/dV box costs two 64 x 64 x 64 products per step, a dQ box one.
 """
 
 from __future__ import annotations
