@@ -138,15 +138,16 @@ def split_stages(spec: AttentionSpec, info: ArchInfo) -> tuple[int, SmemRegions,
     STAGED_WG's (staged_roles; none without STAGE_OTHER_WG)."""
     roles = split_roles(spec.head_dim)
     others = max(r.dq_boxes for r in roles) if STAGE_OTHER_WG else 0
-    candidates = [staged_roles(roles, k) for k in range(others, -1, -1)] if staged_split(spec) else [roles]
+    staged = staged_split(spec)
+    candidates = [staged_roles(roles, k) for k in range(others, -1, -1)] if staged else [roles]
     needs = []
     for stages in range(MAX_STAGES, 1, -1):
         for cand in candidates:
             layout = split_layout(spec, stages, cand)
             if layout.total_bytes <= info.smem_per_block:
                 return stages, layout, cand
-            staged = f" ({sum(r.dq_staged for r in cand)} dQ boxes staged)" if staged_split(spec) else ""
-            needs.append(f"{stages} stages{staged} {layout.total_bytes} B")
+            boxes = f" ({sum(r.dq_staged for r in cand)} dQ boxes staged)" if staged else ""
+            needs.append(f"{stages} stages{boxes} {layout.total_bytes} B")
     raise PlanError(f"head_dim {spec.head_dim}: {', '.join(needs)}; {info.arch.value} gives {info.smem_per_block} B "
                     f"per block")
 
@@ -190,6 +191,7 @@ def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
     """The split tiling of head_dim; PlanError with the arithmetic when the budget cannot hold it."""
     product = by_product(spec)
     stages, layout, roles = split_stages(spec, info)
+    staged = any(r.dq_staged for r in roles)   # one dO stage beside the staging (split_layout)
     s_cols = SPLIT_BLOCK if product else SPLIT_BLOCK // len(roles)
     producer_regs, consumer_regs = setmaxnreg_split(info, len(roles))
     regs = max(role_registers(r, s_cols, product) for r in roles)
@@ -201,7 +203,7 @@ def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                            dkv_from_smem=True, smem_bytes=layout.total_bytes, smem=layout, regs_estimate=regs,
                            schedule_words=schedule_words(spec), split=roles, split_by_product=product,
                            dq_red=SPLIT_DQ_V4, ordered_dq=spec.deterministic, dv_early=dv_early(spec),
-                           do_stages=1 if staged_split(spec) else 0, dq_bulk=staged_split(spec))
+                           do_stages=1 if staged else 0, dq_bulk=staged)
 
 
 def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
