@@ -379,3 +379,29 @@ def test_the_staging_wait_sits_where_staging_wait_late_says(monkeypatch: pytest.
     order = [product, product_wait, wait, barrier] if late else [wait, product, product_wait, barrier]
     assert " | ".join(order) in runs, runs
 
+
+def _longest_loop(sass: str) -> int:
+    """Instructions in the longest backward branch's span that issues wgmma (the consumers' step loop)."""
+    ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", sass)]
+    spans = [[o for a, o in ins if int(t.group(1), 16) <= a <= at] for at, op in ins
+             if (t := re.search(r"BRA.*0x([0-9a-f]+)", op)) and int(t.group(1), 16) < at]
+    return max(len(body) for body in spans if any("HGMMA" in o for o in body))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_ds_store_addresses_are_kept_across_the_steps(monkeypatch: pytest.MonkeyPatch, head_dim: int) -> None:
+    """DS_OFFSETS_KEPT: the dS^T stmatrix addresses are computed once and kept (opaque to ptxas), so the step loop is
+    shorter than with ptxas recomputing the swizzle every step; no spill, nothing serialized."""
+    from attngen.families import sm90_bwd
+    from attngen.toolchain.sass import disassemble
+
+    loops = {}
+    for kept in (False, True):
+        monkeypatch.setattr(sm90_bwd, "DS_OFFSETS_KEPT", kept)
+        spec = AttentionSpec(name=f"ds_at{int(kept)}_{head_dim}", head_dim=head_dim, dtype="bf16", mask="none")
+        cubin = build.build_bwd(spec, "sm90")
+        assert f"constexpr bool kDsOffsetsKept = {'true' if kept else 'false'};" in cubin.source.code
+        assert not any(r.spill_stores or r.wgmma_serialized for r in cubin.resources), cubin.resources
+        loops[kept] = _longest_loop(disassemble(cubin.data))
+    assert loops[True] < loops[False], loops
+

@@ -140,6 +140,12 @@ DQ_RED = True
 DQ_BULK = True
 #: Whether masked specs take the tile-ordered accumulator too (dq_red_serves); a module constant for the A/B.
 DQ_RED_MASKED = True
+#: The 64-KV-row consumers' dS^T stmatrix addresses computed once before the steps and kept live (opaque to ptxas),
+#: each step adding its dS^T tile's offset, rather than rematerialized from the thread index every step. Why: the hd128
+#: kernel executes 7.0 instructions a query against FlashAttention-4's 6.0 (results/h200/ncu_peer_hd128/opmix.txt),
+#: the difference per step and mostly such address arithmetic; kept, each STSM's address is one add. Unmeasured: a
+#: module constant for the A/B.
+DS_OFFSETS_KEPT = True
 #: Whether an ordered (deterministic) dQ takes the bulk reductions into the tile-ordered accumulator too, its producer
 #: warp waiting for each query tile's turn as before (dq_red_serves). Why: its TMA tensor reductions into the
 #: row-major accumulator are the path the default left for bulk reductions (+4-9%, results/h100/dq_bulk), and the
@@ -414,7 +420,7 @@ class Sm90Backward(BackwardFamily):
         else:
             t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k)
             ops = {"t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op, "dq_op": dq_op,
-                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op)}
+                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op), "ds_offsets_kept": DS_OFFSETS_KEPT}
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "zero_dkdv_done": hb.dq_overlap,
