@@ -146,6 +146,14 @@ DQ_RED_MASKED = True
 #: the difference per step and mostly such address arithmetic; kept, each STSM's address is one add. Unmeasured: a
 #: module constant for the A/B.
 DS_OFFSETS_KEPT = True
+#: Query rows per step where the addresses are kept: hd64's 128-query steps spilled 4 B under the device's NVRTC 13.0
+#: with them (benchmarks/nvrtc_device_check.sh).
+DS_OFFSETS_KEPT_BLOCK_M = (64,)
+
+
+def ds_offsets_kept(t: HopperBwdTiling) -> bool:
+    """Whether the 64-KV-row consumers keep their dS^T store addresses live across the steps (DS_OFFSETS_KEPT)."""
+    return DS_OFFSETS_KEPT and t.block_m in DS_OFFSETS_KEPT_BLOCK_M
 #: Whether an ordered (deterministic) dQ takes the bulk reductions into the tile-ordered accumulator too, its producer
 #: warp waiting for each query tile's turn as before (dq_red_serves). Why: its TMA tensor reductions into the
 #: row-major accumulator are the path the default left for bulk reductions (+4-9%, results/h100/dq_bulk), and the
@@ -420,7 +428,7 @@ class Sm90Backward(BackwardFamily):
         else:
             t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k)
             ops = {"t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op, "dq_op": dq_op,
-                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op), "ds_offsets_kept": DS_OFFSETS_KEPT}
+                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op), "ds_offsets_kept": ds_offsets_kept(hb)}
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "zero_dkdv_done": hb.dq_overlap,
