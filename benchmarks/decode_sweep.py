@@ -4,10 +4,11 @@ with the planner's split count and with fixed ones, from a contiguous cache and 
 shuffled blocks. hd128 bf16, 32 query heads over 8 KV heads, seqlen_q 1.
 
     python3 benchmarks/decode_sweep.py --out $OUT/decode_sweep.json \
-        [--shapes 1x1024,1x4096] [--tilings 32x3,16x4] [--splits 0,1,2,4,8] [--page 0,16,256]
+        [--shapes 1x1024,1x4096] [--tilings 32x3,16x4] [--splits 0,1,2,4,8] [--page 0,16,256] [--cudnn]
 
 A tiling is warp_keys x stages [x warps] (warps: sm80_decode.DECODE_WARPS when left out); split 0 is the
-planner's choice; page 0 a contiguous cache.
+planner's choice; page 0 a contiguous cache. --cudnn also times SDPA's cuDNN backend (GQA by enable_gqa) on each
+contiguous shape in the same process, its rows with "impl": "cudnn".
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import torch
 
 import attngen
+from attngen.bench import decode as bench_decode
 from attngen.bench import measure
 from attngen.families import sm80_decode
 from attngen.spec.model import AttentionSpec
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--tilings", default=TILINGS, help="warp_keys x stages, comma-separated")
     parser.add_argument("--splits", default=SPLITS, help="split counts (0: the planner's), comma-separated")
     parser.add_argument("--page", default="0", help="page sizes (0: contiguous), comma-separated")
+    parser.add_argument("--cudnn", action="store_true", help="time SDPA's cuDNN backend on the contiguous shapes too")
     args = parser.parse_args()
     os.environ["ATTNGEN_TRUST_SEQLENS"] = "1"
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
@@ -91,6 +94,18 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 with open(args.out, "w") as f:
                     json.dump(rows, f, indent=1)
+    if args.cudnn:
+        for (b, s, page), (q, k, v, _table, _used) in inputs.items():
+            if page:
+                continue
+            fn, _ = bench_decode._sdpa("CUDNN_ATTENTION", q, k, v, 4)
+            us = measure.graph_ms(fn) * 1e3
+            row = {"impl": "cudnn", "batch": b, "cache": s, "us": round(us, 1),
+                   "gbps": round(2 * b * s * 8 * 128 * 2 / us / 1e3)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":
