@@ -138,12 +138,18 @@ def test_catalogue_varlen_twins_compile(arch: Arch) -> None:
 
 @pytest.mark.parametrize("arch", CI_ARCHS, ids=lambda a: a.value)
 def test_catalogue_decode_kernels_compile_with_zero_spills(arch: Arch) -> None:
-    """The split-KV decode kernels (split and combine) of every catalogue spec compile without spills."""
+    """The split-KV decode kernels (split and combine) of every catalogue spec, of its stream tiling and of its waves
+    tiling where the budget holds one, compile without spills."""
+    from attngen.planning.ir_decode import DecodeRole
+    from attngen.planning.planner_decode import plan_decode
     from attngen.toolchain.builder import build_decode
 
+    todo = [(spec, DecodeRole.stream) for spec in CATALOGUE]
+    todo += [(spec, DecodeRole.waves) for spec in CATALOGUE if plan_decode(spec, arch).waves_tiling is not None]
+    assert arch is Arch.sm80 or any(role is DecodeRole.waves for _, role in todo)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        cubins = list(pool.map(lambda spec: build_decode(spec, arch), CATALOGUE))
-    for spec, cubin in zip(CATALOGUE, cubins, strict=True):
+        cubins = list(pool.map(lambda job: build_decode(job[0], arch, job[1]), todo))
+    for (spec, _), cubin in zip(todo, cubins, strict=True):
         names = {res.name for res in cubin.resources}
         assert names == set(cubin.source.plan.entry_names), f"{spec.name}: {names}"
         for res in cubin.resources:

@@ -12,8 +12,16 @@ from attngen.errors import PlanError
 from attngen.families import sm80_decode
 from attngen.families.base import Direction
 from attngen.planning.archs import arch_info
+from attngen.planning.ir_decode import DecodeRole
 from attngen.planning.planner_decode import MAX_DECODE_QUERY, plan_decode
-from attngen.planning.splits import COMBINE_COST_TILES, MAX_SPLITS, MIN_TILES_PER_SPLIT, choose_splits
+from attngen.planning.splits import (
+    COMBINE_COST_TILES,
+    MAX_SPLITS,
+    MIN_TILES_PER_SPLIT,
+    WAVES_MIN_FILL,
+    choose_role,
+    choose_splits,
+)
 from attngen.runtime.kvcache import _use_decode
 from attngen.spec.model import HEAD_DIMS, Arch, AttentionSpec
 
@@ -54,6 +62,54 @@ def test_hopper_hd128_keeps_128_kb_in_flight_with_128_key_tiles() -> None:
     assert "128 KB of K/V in flight" in plan.reason
     wide = plan_decode(AttentionSpec(head_dim=256, dtype="bf16", mask="causal"), Arch.sm90)
     assert wide.tiling.tile_keys == 64  # 128-key stages of hd256 do not fit three deep
+
+
+def test_the_waves_tiling_holds_more_blocks_per_sm_and_builds_kernels_of_its_own() -> None:
+    """sm90 hd128: the stream plan (128-key tiles x 3, one block/SM) names the waves tiling, the best-ranked of more
+    blocks per SM (64 x 3, two: 128 KB in flight too); its plan has kernels of its own name and says why."""
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    stream = plan_decode(spec, Arch.sm90)
+    assert stream.role is DecodeRole.stream and stream.waves_blocks_per_sm == 2
+    assert stream.waves_tiling is not None and (stream.waves_tiling.warp_keys, stream.waves_tiling.stages) == (16, 3)
+    waves = plan_decode(spec, Arch.sm90, DecodeRole.waves)
+    assert waves.role is DecodeRole.waves and waves.waves_tiling is None
+    assert (waves.tiling, waves.blocks_per_sm, waves.min_blocks_per_sm) == (stream.waves_tiling, 2, 2)
+    assert waves.kernel_name == stream.kernel_name + "_waves" and waves.summary()["role"] == "waves"
+    assert "more blocks per SM than the stream tiling's 1" in waves.reason and "128 KB" in waves.reason
+    assert 2 * waves.smem_bytes <= arch_info(Arch.sm90).smem_per_sm
+
+
+def test_a_spec_without_a_waves_tiling_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one tiling in the search space, nothing holds more blocks per SM: every call runs the stream tiling, and
+    asking for the waves plan names why."""
+    monkeypatch.setattr(sm80_decode, "WARP_KEYS", (32,))
+    monkeypatch.setattr(sm80_decode, "STAGES", (3,))
+    spec = AttentionSpec(head_dim=128, dtype="bf16", mask="causal")
+    stream = plan_decode(spec, Arch.sm90)
+    assert stream.waves_tiling is None and stream.waves_blocks_per_sm == 0
+    with pytest.raises(PlanError, match="holds more than the stream tiling's 1 blocks per SM"):
+        plan_decode(spec, Arch.sm90, DecodeRole.waves)
+    family = families.get("sm80_decode")
+    assert family.role(stream, batch=64, kv_heads=8, heads=32, seqlen_q=1).role is DecodeRole.stream  # type: ignore[attr-defined]
+
+
+def test_role_rule() -> None:
+    """The waves tiling once the unsplit blocks fill WAVES_MIN_FILL waves of the stream tiling's slots."""
+    rule = {"num_sms": 132, "stream_blocks_per_sm": 1, "waves_blocks_per_sm": 2}
+    slots = int(WAVES_MIN_FILL * 132)
+    assert choose_role(blocks=slots, **rule).role is DecodeRole.waves
+    below = choose_role(blocks=slots - 1, **rule)
+    assert below.role is DecodeRole.stream and "fewer than" in below.reason
+    assert "at 2 blocks/SM" in choose_role(blocks=512, **rule).reason
+    assert choose_role(blocks=512, **{**rule, "waves_blocks_per_sm": 0}).role is DecodeRole.stream
+    family = families.get("sm80_decode")
+    plan = plan_decode(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), Arch.sm90)
+    # 32 query heads over 8 KV heads, one query: a block per (entry, KV head); 16 queries: 4 blocks per KV head.
+    pick = {b: family.role(plan, batch=b, kv_heads=8, heads=32, seqlen_q=1).role for b in (1, 8, 16, 17, 32)}  # type: ignore[attr-defined]
+    assert pick == {1: DecodeRole.stream, 8: DecodeRole.stream, 16: DecodeRole.stream, 17: DecodeRole.waves,
+                    32: DecodeRole.waves}
+    assert family.role(plan, batch=5, kv_heads=8, heads=32, seqlen_q=16).role is DecodeRole.waves  # type: ignore[attr-defined]
+    assert family.role(plan, batch=32, kv_heads=8, heads=32, seqlen_q=1, num_sms=528).role is DecodeRole.stream  # type: ignore[attr-defined]
 
 
 #: Peak DRAM bandwidths (runtime.device.dram_gbps): H100 SXM 2619 MHz x 5120 bits, H200 3201 MHz x 6144 bits.
@@ -125,7 +181,11 @@ def test_explain_lines_give_the_rule_at_example_shapes() -> None:
     plan = plan_decode(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), Arch.sm90)
     lines = families.get("sm80_decode").explain_lines(plan)  # type: ignore[attr-defined]
     assert lines[0].startswith("decode (sm80_decode") and "tile_keys=128" in lines[0]
-    assert any("splits at batch 1" in line and "131072 keys: 16" in line for line in lines)
+    assert any("at batch 1," in line and "131072 keys: the stream tiling" in line and "16 splits" in line
+               for line in lines)
+    assert "waves tiling (calls whose blocks fill whole waves): 64-key tiles x 3 stages, 2 blocks/SM" in lines[2]
+    assert any("at batch 32," in line and "1024 keys: the waves tiling" in line and "1 splits" in line
+               for line in lines)
 
 
 def test_kvcache_call_picks_the_decode_kernels_by_query_length() -> None:

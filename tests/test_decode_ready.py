@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from attngen.planning.ir_decode import DecodeRole  # noqa: E402
 from attngen.planning.planner_decode import DecodeShape, plan_decode  # noqa: E402
 from attngen.runtime import decode, device_checks, kvcache  # noqa: E402
 from attngen.runtime.driver import LoadedFunction  # noqa: E402
@@ -52,7 +53,7 @@ def ready_env(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     monkeypatch.setattr(decode, "sm_count", lambda index: 132)
     monkeypatch.setattr(decode, "dram_gbps", lambda index: 3352.3)   # an H100's (runtime.device.dram_gbps)
     monkeypatch.setattr(decode.DecodeKernels, "_function",
-                        lambda self, index, arch, entry, smem: LoadedFunction(entry, None, 4096, smem))
+                        lambda self, index, arch, entry, smem, source=None: LoadedFunction(entry, None, 4096, smem))
     monkeypatch.setattr(decode, "stream_handle", lambda index: 77)
     monkeypatch.setattr(decode.device_checks, "counters", lambda index: CHECKS)
 
@@ -133,6 +134,20 @@ def test_the_split_count_follows_the_devices_bandwidth(ready_env: list[tuple[obj
     q = torch.randn(8, 1, 32, 64).to(torch.bfloat16)
     assert kernels.ready(q, k, k, None).shape.num_splits == splits
     assert kernels.ready(q, k, k, None, num_splits=3).shape.num_splits == 3      # a caller's count stands
+
+
+def test_calls_that_fill_whole_waves_run_the_waves_kernels(ready_env: list[tuple[object, ...]]) -> None:
+    """batch 40 x 8 KV heads (320 blocks, 2.4 waves of the stream tiling's 132 slots) launches the waves tiling's
+    kernels with its shared memory; batch 8 (64 blocks) the stream tiling's."""
+    kernels = decode.DecodeKernels(SPEC)
+    k = torch.empty(1, 1, 8, 64, dtype=torch.bfloat16).expand(40, 1024, 8, 64)   # strides only: nothing is read
+    big = kernels.ready(torch.randn(40, 1, 32, 64).to(torch.bfloat16), k, k, None)
+    waves = plan_decode(SPEC, Arch.sm90, DecodeRole.waves)
+    assert big.role is DecodeRole.waves and big.shape.num_splits == 1
+    (launch,) = big.launches
+    assert (launch.fn.name, launch.fn.smem_bytes) == (waves.entry_names[0], waves.smem_bytes)
+    small = kernels.ready(torch.randn(8, 1, 32, 64).to(torch.bfloat16), k[:8], k[:8], None)
+    assert small.role is DecodeRole.stream and small.launches[0].fn.name == plan_decode(SPEC, Arch.sm90).entry_names[0]
 
 
 def _call(q: object, k: object, used: object, table: object = None, options: tuple[object, ...] = (None, None, 0)) \

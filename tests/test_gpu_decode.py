@@ -115,6 +115,39 @@ def test_decode_paged_equals_contiguous(config: dict[str, Any], page: int) -> No
     _check(spec, q, kc, vc, used + seqlen_q, dense, lse, extra)
 
 
+@pytest.mark.parametrize("config", [SPECS[0], SPECS[3]], ids=lambda c: c.get("name") or c["mask"])
+def test_calls_that_fill_whole_waves_run_the_waves_tiling(config: dict[str, Any]) -> None:
+    """A batch whose blocks fill the stream tiling's slots runs the waves tiling (more blocks per SM): exact
+    against float64 over entries of no key, one, a partial tile and a full cache; paged gives the contiguous bits;
+    a batch of fewer blocks runs the stream tiling, exact too."""
+    from attngen.planning.ir_decode import DecodeRole
+
+    spec = AttentionSpec(**config)
+    kernel = _kernel(spec)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    heads, kv_heads, capacity = 8, 4, 1024
+    batch = -(-sms // kv_heads) + 2   # more blocks (batch x KV heads) than SMs
+    kc, vc = _cache(spec, batch, capacity, kv_heads, gen)
+    q = torch.randn(batch, 1, heads, spec.head_dim, device="cuda", dtype=kc.dtype, generator=gen)
+    used = torch.randint(1, capacity + 1, (batch,), dtype=torch.int32, device="cuda", generator=gen)
+    used[:4] = torch.tensor([0, 1, 77, capacity], dtype=torch.int32)
+    extra = {n: t.detach() for n, t in _runtime(spec, heads, gen).items()}
+    decode = kernel.decode_kernels()
+    if decode.stream_plan(attngen.runtime.kernel.current_arch()).waves_tiling is None:
+        pytest.skip("this GPU's budget holds no second decode tiling")
+    assert decode.ready(q, kc, vc, None).role is DecodeRole.waves
+    assert decode.ready(q[:4], kc[:4], vc[:4], None).role is DecodeRole.stream
+    out, lse = kernel.with_kvcache(q, kc, vc, cache_seqlens=used, return_lse=True, split_kv=True, **extra)
+    _check(spec, q, kc, vc, used, out, lse, extra)
+    pool_k, pool_v, table = _paged(kc, vc, 64, gen)
+    assert torch.equal(kernel.with_kvcache(q, pool_k, pool_v, cache_seqlens=used, block_table=table, split_kv=True,
+                                           **extra), out)
+    few, few_lse = kernel.with_kvcache(q[:4], kc[:4], vc[:4], cache_seqlens=used[:4], return_lse=True,
+                                       split_kv=True, **extra)
+    _check(spec, q[:4], kc[:4], vc[:4], used[:4], few, few_lse, extra)
+
+
 def test_decode_arguments_name_the_problem() -> None:
     spec = AttentionSpec(head_dim=64, dtype="fp16", mask="causal")
     kernel = _kernel(spec)

@@ -28,10 +28,10 @@ from ..features.mask import MASKS
 from ..features.variant import params_with_variant, variant_of
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import SmemRegions
-from ..planning.ir_decode import DecodeCandidate, DecodePlan, DecodeTiling
+from ..planning.ir_decode import DecodeCandidate, DecodePlan, DecodeRole, DecodeTiling
 from ..planning.planner_decode import MAX_DECODE_QUERY, PAGE_SIZES, DecodeFamily, DecodeShape, LaunchStep
 from ..planning.shared import resident_blocks, swizzle_chunks
-from ..planning.splits import MAX_SPLITS, SplitChoice, choose_splits
+from ..planning.splits import MAX_SPLITS, RoleChoice, SplitChoice, choose_role, choose_splits
 from ..spec.model import HEAD_DIMS, Arch, AttentionSpec, SeqlensKind
 from .base import Coverage
 
@@ -129,7 +129,10 @@ class Sm80Decode(DecodeFamily):
     def serves(self, spec: AttentionSpec, arch: Arch) -> str | None:
         return self.trait_refusal(spec)
 
-    def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None) -> DecodePlan:
+    def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None,
+             role: DecodeRole = DecodeRole.stream) -> DecodePlan:
+        """The stream plan (the best-ranked tiling, rank_key), noting the waves tiling: the best-ranked one that
+        holds more blocks per SM. With `role` waves, the plan of that tiling; PlanError where there is none."""
         spec = decode_spec(spec)
         cands = [evaluate(spec, info, DecodeTiling(warp_keys=wk, num_warps=DECODE_WARPS, stages=st))
                  for wk, st in itertools.product(WARP_KEYS, STAGES)]
@@ -137,20 +140,37 @@ class Sm80Decode(DecodeFamily):
         if not fitting:
             raise PlanError(f"no decode tiling of spec '{spec.name}' fits {info.arch.value}: "
                             + "; ".join(f"{c.tiling.tile_keys} keys x {c.tiling.stages}: {c.reason}" for c in cands))
-        best = fitting[0]
-        t = best.tiling
-        reason = (f"{best.reason} (target {INFLIGHT_TARGET // 1024} KB), the largest tile among those that reach "
+        stream = fitting[0]
+        waves = next((c for c in fitting if c.blocks_per_sm > stream.blocks_per_sm), None)
+        reason = (f"{stream.reason} (target {INFLIGHT_TARGET // 1024} KB), the largest tile among those that reach "
                   f"it")
-        return DecodePlan(spec=spec, arch=info.arch, family=self.name, kernel_name=kernel_name(spec, info.arch),
+        best, note = stream, waves
+        if role is DecodeRole.waves:
+            if waves is None:
+                raise PlanError(f"no decode tiling of spec '{spec.name}' holds more than the stream tiling's "
+                                f"{stream.blocks_per_sm} blocks per SM on {info.arch.value}: the stream tiling "
+                                f"serves every call")
+            best, note = waves, None
+            reason = (f"{waves.reason}: the best-ranked tiling of more blocks per SM than the stream tiling's "
+                      f"{stream.blocks_per_sm}, for calls whose blocks fill whole waves")
+        t = best.tiling
+        return DecodePlan(spec=spec, arch=info.arch, family=self.name, kernel_name=kernel_name(spec, info.arch, role),
                           tiling=t, threads=t.num_warps * 32, smem=smem_layout(spec, t),
                           min_blocks_per_sm=best.blocks_per_sm, blocks_per_sm=best.blocks_per_sm,
                           num_sms=info.num_sms_hint, reason=reason, candidates=tuple(cands),
-                          overlap_combine=info.programmatic_launch)
+                          overlap_combine=info.programmatic_launch, role=role,
+                          waves_tiling=note.tiling if note else None,
+                          waves_blocks_per_sm=note.blocks_per_sm if note else 0)
+
+    def role(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int,
+             num_sms: int | None = None) -> RoleChoice:
+        return choose_role(blocks=batch * kv_heads * _row_blocks(heads, kv_heads, seqlen_q),
+                           num_sms=num_sms or plan.num_sms, stream_blocks_per_sm=plan.blocks_per_sm,
+                           waves_blocks_per_sm=plan.waves_blocks_per_sm)
 
     def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
                num_sms: int | None = None, dram_gbps: float | None = None, paged: bool = False) -> SplitChoice:
-        rows = heads // max(1, kv_heads) * seqlen_q
-        return _splits(batch=batch, kv_heads=kv_heads, row_blocks=-(-rows // BLOCK_M), keys=keys,
+        return _splits(batch=batch, kv_heads=kv_heads, row_blocks=_row_blocks(heads, kv_heads, seqlen_q), keys=keys,
                        tile_keys=plan.tiling.tile_keys, num_sms=num_sms or plan.num_sms,
                        blocks_per_sm=plan.blocks_per_sm, dram_gbps=dram_gbps or arch_info(plan.arch).hbm_gbps,
                        paged=paged)
@@ -161,14 +181,23 @@ class Sm80Decode(DecodeFamily):
                 f"stages={t.stages} smem={plan.smem_bytes}B blocks/SM={plan.blocks_per_sm}"
                 + (" combine=overlapped" if plan.overlap_combine else ""))
 
+    def role_plan(self, plan: DecodePlan, role: DecodeRole) -> DecodePlan:
+        """The plan a call of `role` runs: the stream plan itself, or the spec's waves plan."""
+        return plan if role is plan.role else self.plan(plan.spec, arch_info(plan.arch), role=role)
+
     def explain_lines(self, plan: DecodePlan) -> list[str]:
+        waves = (f"{plan.waves_tiling.tile_keys}-key tiles x {plan.waves_tiling.stages} stages, "
+                 f"{plan.waves_blocks_per_sm} blocks/SM" if plan.waves_tiling else "none")
         lines = [f"decode ({self.name}, {self.path}): {self.plan_line(plan)}", f"  why: {plan.reason}",
-                 f"  splits: chosen per call from its shape and its GPU's SMs and DRAM bandwidth; below for "
-                 f"{plan.num_sms} SMs and {arch_info(plan.arch).hbm_gbps} GB/s (the arch's flagship)"]
-        for batch, keys in ((1, 4096), (1, 131072), (8, 1024), (8, 32768), (12, 32768), (64, 32768)):
-            choice = self.splits(plan, batch=batch, kv_heads=8, heads=32, seqlen_q=1, keys=keys)
-            lines.append(f"  splits at batch {batch}, 32 heads / 8 KV heads, {keys} keys: {choice.splits} "
-                         f"({choice.reason})")
+                 f"  waves tiling (calls whose blocks fill whole waves): {waves}",
+                 f"  tiling and splits: chosen per call from its shape and its GPU's SMs and DRAM bandwidth; below "
+                 f"for {plan.num_sms} SMs and {arch_info(plan.arch).hbm_gbps} GB/s (the arch's flagship)"]
+        for batch, keys in ((1, 4096), (1, 131072), (8, 1024), (8, 32768), (12, 32768), (32, 1024), (64, 32768)):
+            role = self.role(plan, batch=batch, kv_heads=8, heads=32, seqlen_q=1)
+            choice = self.splits(self.role_plan(plan, role.role), batch=batch, kv_heads=8, heads=32, seqlen_q=1,
+                                 keys=keys)
+            lines.append(f"  at batch {batch}, 32 heads / 8 KV heads, {keys} keys: the {role.role.value} tiling "
+                         f"({role.reason}), {choice.splits} splits ({choice.reason})")
         if plan.arch is Arch.sm90:
             choice = self.splits(plan, batch=8, kv_heads=8, heads=32, seqlen_q=1, keys=32768, dram_gbps=H200_GBPS)
             lines.append(f"  splits at batch 8, 32 heads / 8 KV heads, 32768 keys on an H200 ({H200_GBPS:.0f} GB/s): "
@@ -205,7 +234,14 @@ H200_GBPS = 4917.0
 _splits = lru_cache(maxsize=4096)(choose_splits)
 
 
-def kernel_name(spec: AttentionSpec, arch: Arch) -> str:
-    """attn_decode_<variant>_hd<d>_<dtype>_<arch>_splitkv."""
-    return f"attn_decode_{variant_of(spec).name_part}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_splitkv"
+def kernel_name(spec: AttentionSpec, arch: Arch, role: DecodeRole = DecodeRole.stream) -> str:
+    """attn_decode_<variant>_hd<d>_<dtype>_<arch>_splitkv, with _waves for the waves tiling's kernels."""
+    suffix = "" if role is DecodeRole.stream else f"_{role.value}"
+    return (f"attn_decode_{variant_of(spec).name_part}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_splitkv"
+            f"{suffix}")
+
+
+def _row_blocks(heads: int, kv_heads: int, seqlen_q: int) -> int:
+    """16-row blocks of one KV head's packed query rows (its query heads times the query positions)."""
+    return -(-(heads // max(1, kv_heads) * seqlen_q) // BLOCK_M)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 from ..spec.model import Arch, AttentionSpec
 from .ir import IRModel, SmemRegions
 
@@ -17,6 +19,15 @@ class DecodeTiling(IRModel):
     @property
     def tile_keys(self) -> int:
         return self.warp_keys * self.num_warps
+
+
+class DecodeRole(str, Enum):
+    """Which of a spec's two decode tilings a call runs (planning.splits.choose_role). `stream` keeps the most K/V
+    bytes in flight per block: few blocks over long caches. `waves` keeps more blocks resident per SM, so that one
+    block's first copies and its merge overlap another's streaming: calls whose blocks fill whole waves."""
+
+    stream = "stream"
+    waves = "waves"
 
 
 class DecodeCandidate(IRModel):
@@ -51,6 +62,11 @@ class DecodePlan(IRModel):
     #: The combine kernel is a programmatic dependent launch: it starts while the split kernel runs and waits
     #: for the partials in the kernel (archs with programmatic_launch).
     overlap_combine: bool = False
+    role: DecodeRole = DecodeRole.stream
+    #: The stream plan's note of the spec's waves tiling (more blocks per SM), None where no candidate holds more
+    #: blocks per SM than this plan; the waves plan itself leaves it None.
+    waves_tiling: DecodeTiling | None = None
+    waves_blocks_per_sm: int = 0
 
     @property
     def smem_bytes(self) -> int:
@@ -63,4 +79,4 @@ class DecodePlan(IRModel):
     def summary(self) -> dict[str, object]:
         return {"kernel_name": self.kernel_name, "arch": self.arch.value, "family": self.family,
                 "tiling": self.tiling.model_dump(), "tile_keys": self.tiling.tile_keys, "smem_bytes": self.smem_bytes,
-                "blocks_per_sm": self.blocks_per_sm, "reason": self.reason}
+                "blocks_per_sm": self.blocks_per_sm, "role": self.role.value, "reason": self.reason}

@@ -16,11 +16,11 @@ from ..errors import PlanError
 from ..families.base import Direction, KernelFamily
 from ..spec.model import Arch, AttentionSpec
 from .archs import arch_info
-from .ir_decode import DecodePlan
+from .ir_decode import DecodePlan, DecodeRole
 
 if TYPE_CHECKING:
     from ..toolchain.artifacts import KernelSource
-    from .splits import SplitChoice
+    from .splits import RoleChoice, SplitChoice
 
 #: The longest query (per sequence) a decode kernel serves: speculative decoding's drafts. Longer queries run
 #: the forward kernels.
@@ -57,8 +57,9 @@ class DecodeShape:
 
 
 class DecodeFamily(KernelFamily):
-    """A decode family: its plan of one spec on one arch, the split choice of a call, its source (one cubin of
-    the split and combine kernels) and their launches."""
+    """A decode family: its plans of one spec on one arch (a stream tiling and, where the budget allows, a waves
+    tiling of more blocks per SM), the tiling and split choice of a call, its sources (one cubin of the split and
+    combine kernels per tiling) and their launches."""
 
     direction: ClassVar[Direction] = Direction.decode
     template: ClassVar[str]
@@ -69,10 +70,21 @@ class DecodeFamily(KernelFamily):
         return render_source(plan, self.template, self.context(plan), plan.entry_names)
 
     @abstractmethod
+    def plan(self, spec: AttentionSpec, info: Any, exclude: Any = None,
+             role: DecodeRole = DecodeRole.stream) -> DecodePlan:
+        """The plan of `spec` of the tiling `role`; PlanError where the budget holds no such tiling."""
+
+    @abstractmethod
     def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
                num_sms: int | None = None, dram_gbps: float | None = None, paged: bool = False) -> SplitChoice:
         """The KV splits a call of this shape (over a paged cache when `paged`) runs on a GPU of `num_sms` SMs and
         `dram_gbps` GB/s of DRAM bandwidth (defaults: the arch's flagship, archs.ArchInfo), and why."""
+
+    @abstractmethod
+    def role(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int,
+             num_sms: int | None = None) -> RoleChoice:
+        """Which of the spec's tilings (DecodeRole) a call of this shape runs on a GPU of `num_sms` SMs, and why;
+        `plan` is the stream plan."""
 
     @abstractmethod
     def explain_lines(self, plan: DecodePlan) -> list[str]:
@@ -94,12 +106,13 @@ def decode_family(name: str) -> DecodeFamily:
     return family
 
 
-def plan_decode(spec: AttentionSpec, arch: Arch | str) -> DecodePlan:
-    """The decode plan of `spec` on `arch`: the first serving decode family's; PlanError when none serves."""
+def plan_decode(spec: AttentionSpec, arch: Arch | str, role: DecodeRole = DecodeRole.stream) -> DecodePlan:
+    """The decode plan of `spec` on `arch` (of the tiling `role`): the first serving decode family's; PlanError
+    when none serves."""
     arch = Arch(arch)
     serving, refused = families.serving(spec, arch, Direction.decode)
     if not serving:
         raise PlanError(f"no decode kernel family serves spec '{spec.name}' on {arch.value}: "
                         + "; ".join(f"{n}: {why}" for n, why in refused.items())
                         + ". Remedy: KV-cache calls of this spec run the forward kernels")
-    return cast(DecodePlan, serving[0].plan(spec, arch_info(arch)))
+    return cast(DecodePlan, cast(DecodeFamily, serving[0]).plan(spec, arch_info(arch), role=role))

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .ir_decode import DecodeRole
+
 #: Splits at most: the combine kernel's warp reads one LSE per split per lane pass, and past this many the
 #: partial outputs (fp32, splits x rows x head_dim) cost more traffic than the extra parallelism returns.
 MAX_SPLITS = 128
@@ -59,6 +61,14 @@ STREAM_SATURATING = 0.8
 BALANCE_SPLITS = 8
 MIN_BALANCE_TILES = 8
 BALANCE_EFFICIENCY = 0.9
+#: Waves of the stream tiling's resident slots (SMs x its blocks per SM) the unsplit blocks must fill for a call to
+#: run the waves tiling instead (more blocks per SM, fewer bytes in flight each). With one block per SM every block
+#: starts with its pipeline empty and ends in its merge while the SM streams nothing; a second resident block
+#: streams meanwhile. Measured on the H200 (benchmarks/results/h200/decode_tiles, CUDA graphs, hd128, 8 KV heads;
+#: 64-key tiles x 3 stages at 2 blocks/SM against 128 x 3 at 1): batch 32 and 64 x 1k keys (256 and 512 blocks of
+#: 132 slots) 46.1 and 78.3 us against 47.7 and 81.4, x 4k 136.9 and 257.1 against 138.1 and 258.2; below a wave
+#: the stream tiling wins: batch 8 x 1k (64 blocks) 19.3 against 21.2, batch 1 x 32k 49.2 against 51.0.
+WAVES_MIN_FILL = 1.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,25 @@ class SplitChoice:
     blocks: int
     slots: int
     reason: str
+
+
+@dataclass(frozen=True)
+class RoleChoice:
+    role: DecodeRole
+    reason: str
+
+
+def choose_role(*, blocks: int, num_sms: int, stream_blocks_per_sm: int, waves_blocks_per_sm: int) -> RoleChoice:
+    """Which tiling a decode call of `blocks` unsplit blocks runs: the waves tiling (waves_blocks_per_sm, 0 where the
+    spec has none) where the blocks fill WAVES_MIN_FILL waves of the stream tiling's slots, else the stream tiling."""
+    slots = max(1, num_sms * stream_blocks_per_sm)
+    fill = f"{blocks} blocks fill {blocks / slots:.2f} waves of the stream tiling's {slots} slots"
+    if not waves_blocks_per_sm:
+        return RoleChoice(DecodeRole.stream, "no tiling holds more blocks per SM than the stream tiling")
+    if blocks >= WAVES_MIN_FILL * slots:
+        return RoleChoice(DecodeRole.waves, f"{fill}: at {waves_blocks_per_sm} blocks/SM one block's start and end "
+                                            f"overlap another's streaming")
+    return RoleChoice(DecodeRole.stream, f"{fill}, fewer than {WAVES_MIN_FILL:g}")
 
 
 def wave_efficiency(blocks: int, slots: int) -> float:

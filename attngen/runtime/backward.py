@@ -52,13 +52,14 @@ class LazyKernels:
                 self.cubins[arch] = self._build(self.spec, arch)
             return self.cubins[arch]
 
-    def _function(self, device_index: int, arch: Arch, entry: str, smem: int) -> Any:
+    def _function(self, device_index: int, arch: Arch, entry: str, smem: int, source: Cubin | None = None) -> Any:
+        """The loaded entry point `entry` of the arch's cubin (or of `source`, one of this spec's other cubins)."""
         key = (device_index, entry)
         fn = self._loaded.get(key)
         if fn is None:
             from .driver import load_function
 
-            fn = load_function(self.cubin(arch).data, entry, smem, device_index)
+            fn = load_function((source or self.cubin(arch)).data, entry, smem, device_index)
             self._loaded[key] = fn
         return fn
 

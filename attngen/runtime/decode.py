@@ -1,12 +1,12 @@
 """The decode launcher: short queries over a KV cache through the split-KV kernels (families/sm80_decode.py).
 
-`DecodeKernels` compiles the decode cubin of an arch on first use and loads its entry points once per device;
-a call's shapes become a `ReadyDecode`: the split count the family chose, its launches with their loaded entry
-points, and a parameter block holding every field that depends only on the shapes. Running it allocates the
-outputs, writes the call's pointers into a copy of that block and launches, so a caller that repeats a shape
-(a decode loop) keeps the ReadyDecode and pays only that (runtime.kvcache). The cache is read where it is:
-contiguous (batch, capacity, kv_heads, d) or a paged pool (num_blocks, page_size, kv_heads, d) through its
-block table.
+`DecodeKernels` compiles the decode cubin of an arch and tiling (DecodeRole) on first use and loads its entry
+points once per device; a call's shapes become a `ReadyDecode`: the tiling and split count the family chose, its
+launches with their loaded entry points, and a parameter block holding every field that depends only on the
+shapes. Running it allocates the outputs, writes the call's pointers into a copy of that block and launches, so a
+caller that repeats a shape (a decode loop) keeps the ReadyDecode and pays only that (runtime.kvcache). The cache
+is read where it is: contiguous (batch, capacity, kv_heads, d) or a paged pool (num_blocks, page_size, kv_heads,
+d) through its block table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import env
 from ..codegen.abi import DECODE_PARAMS, set_strides, struct_of, with_variant
-from ..planning.planner_decode import DecodeShape, decode_family
+from ..planning.ir_decode import DecodeRole
+from ..planning.planner_decode import DecodeShape, decode_family, plan_decode
 from ..spec.model import AttentionSpec
 from . import device_checks
 from .backward import LazyKernels
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     import torch
 
     from ..planning.ir_decode import DecodePlan
+    from ..spec.model import Arch
+    from ..toolchain.artifacts import Cubin
 
 _LOG2E = math.log2(math.e)
 
@@ -54,6 +57,7 @@ class ReadyDecode:
 
     device: Any
     shape: DecodeShape
+    role: DecodeRole
     head_dim: int
     struct: type[ctypes.Structure]
     template: bytes
@@ -95,23 +99,47 @@ class ReadyDecode:
 
 
 class DecodeKernels(LazyKernels):
-    """Compiles the decode cubin of `spec` for an arch on first use, loads its entry points once per device."""
+    """Compiles the decode cubin of `spec` for an arch and tiling on first use, loads its entry points once per
+    device."""
 
     def __init__(self, spec: AttentionSpec) -> None:
         from ..toolchain.builder import build_decode
 
         super().__init__(spec, build_decode)
+        self._role_cubins: dict[tuple[Arch, DecodeRole], Cubin] = {}
+        self._plans: dict[Arch, DecodePlan] = {}
+
+    def role_cubin(self, arch: Arch, role: DecodeRole) -> Cubin:
+        """The cubin of the tiling `role` (the stream one is the arch's cubin)."""
+        if role is DecodeRole.stream:
+            return self.cubin(arch)
+        from ..toolchain.builder import build_decode
+
+        with self._lock:
+            if (arch, role) not in self._role_cubins:
+                self._role_cubins[(arch, role)] = build_decode(self.spec, arch, role)
+            return self._role_cubins[(arch, role)]
+
+    def stream_plan(self, arch: Arch) -> DecodePlan:
+        """The stream plan of the arch (which names the waves tiling), planned without compiling."""
+        with self._lock:
+            if arch not in self._plans:
+                self._plans[arch] = plan_decode(self.spec, arch)
+            return self._plans[arch]
 
     def ready(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor | None,
               num_splits: int = 0) -> ReadyDecode:
-        """The shape-dependent work of calls like this one. `num_splits` 0: the family's choice
-        (planning.splits), else that many."""
+        """The shape-dependent work of calls like this one: the tiling the family chooses for the shape, and
+        `num_splits` 0: the family's split count (planning.splits), else that many."""
 
         arch = current_arch(q.device)
-        plan: DecodePlan = self.cubin(arch).source.plan
-        family = decode_family(plan.family)
+        family = decode_family(self.stream_plan(arch).family)
         device = q.device.index or 0
         batch, seqlen_q, heads, d = q.shape
+        role = family.role(self.stream_plan(arch), batch=batch, kv_heads=k.shape[2], heads=heads,
+                           seqlen_q=seqlen_q, num_sms=sm_count(device)).role
+        cubin = self.role_cubin(arch, role)
+        plan: DecodePlan = cubin.source.plan
         page = k.shape[1] if table is not None else 0
         capacity = table.shape[1] * page if table is not None else k.shape[1]
         splits = num_splits or family.splits(plan, batch=batch, kv_heads=k.shape[2], heads=heads,
@@ -130,9 +158,9 @@ class DecodeKernels(LazyKernels):
             p.page_magic, p.page_shift = page_divisor(page)
             p.num_blocks = k.shape[0]
         p.check_counts = device_checks.counters(device).device
-        launches = tuple(PreparedLaunch(self._function(device, arch, step.entry, step.smem_bytes), step.grid,
+        launches = tuple(PreparedLaunch(self._function(device, arch, step.entry, step.smem_bytes, cubin), step.grid,
                                         step.threads, step.dependent) for step in family.steps(plan, shape))
-        return ReadyDecode(device=q.device, shape=shape, head_dim=d, struct=struct,
+        return ReadyDecode(device=q.device, shape=shape, role=role, head_dim=d, struct=struct,
                            template=bytes(p), launches=launches)
 
     def args(self, q: torch.Tensor, extras: list[torch.Tensor], scalars: list[float]) -> VariantArgs:

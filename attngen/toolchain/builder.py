@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..atomic import staged_dir, temp_name, write_atomic
 from ..errors import AttngenError, OutputError, SpecError
+from ..planning.ir_decode import DecodeRole
 from ..spec.model import Arch, AttentionSpec
 from .artifacts import Cubin
 
@@ -67,14 +68,14 @@ def build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin:
     return compile_cached(render(plan_bwd(spec, Arch(arch))))
 
 
-def build_decode(spec: AttentionSpec, arch: Arch | str) -> Cubin:
+def build_decode(spec: AttentionSpec, arch: Arch | str, role: DecodeRole = DecodeRole.stream) -> Cubin:
     """Plan, render and compile the decode kernels of `spec` for `arch` (split-KV for short queries over a KV
-    cache): one cubin of the split and combine kernels (see attngen/families/sm80_decode.py)."""
+    cache) of the tiling `role`: one cubin of the split and combine kernels (see attngen/families/sm80_decode.py)."""
     from ..codegen.renderer import render
     from ..planning.planner_decode import plan_decode
     from .cache import compile_cached
 
-    return compile_cached(render(plan_decode(spec, Arch(arch))))
+    return compile_cached(render(plan_decode(spec, Arch(arch), role)))
 
 
 def try_build_bwd(spec: AttentionSpec, arch: Arch | str) -> Cubin | str:
