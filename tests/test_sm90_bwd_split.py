@@ -407,4 +407,9 @@ def test_the_ds_store_addresses_are_kept_across_the_steps(monkeypatch: pytest.Mo
     assert loops[True] < loops[False], loops
     hd64 = build.build_bwd(AttentionSpec(name="ds_at_hd64", head_dim=64, dtype="bf16", mask="none"), "sm90")
     assert "constexpr bool kDsOffsetsKept = false;" in hd64.source.code
+    monkeypatch.setattr(sm90_bwd, "DS_OFFSETS_KEPT", True)
+    document = {"expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
+                "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}}
+    holes = plan_bwd(AttentionSpec(name="ds_at_doc", head_dim=head_dim, dtype="bf16", mask=document), Arch.sm90)
+    assert holes.dkdv_wgmma.schedule_words and not sm90_bwd.ds_offsets_kept(holes.dkdv_wgmma)
 

@@ -143,8 +143,8 @@ DQ_RED_MASKED = True
 #: The 64-KV-row consumers' dS^T stmatrix addresses computed once before the steps and kept live (opaque to ptxas),
 #: each step adding its dS^T tile's offset, rather than rematerialized from the thread index every step. Why: the hd128
 #: kernel executes 7.0 instructions a query against FlashAttention-4's 6.0 (results/h200/ncu_peer_hd128/opmix.txt),
-#: the difference per step and mostly such address arithmetic; kept, each STSM's address is one add. Unmeasured: a
-#: module constant for the A/B.
+#: the difference per step and mostly such address arithmetic; kept, each STSM's address is one add. Measured
+#: x1.009-1.044 at hd128 on the H200 (results/h200/prepared_1).
 DS_OFFSETS_KEPT = True
 #: Query rows per step where the addresses are kept: hd64's 128-query steps spilled 4 B under the device's NVRTC 13.0
 #: with them (benchmarks/nvrtc_device_check.sh).
@@ -152,8 +152,9 @@ DS_OFFSETS_KEPT_BLOCK_M = (64,)
 
 
 def ds_offsets_kept(t: HopperBwdTiling) -> bool:
-    """Whether the 64-KV-row consumers keep their dS^T store addresses live across the steps (DS_OFFSETS_KEPT)."""
-    return DS_OFFSETS_KEPT and t.block_m in DS_OFFSETS_KEPT_BLOCK_M
+    """Whether the 64-KV-row consumers keep their dS^T store addresses live across the steps (DS_OFFSETS_KEPT): not
+    under masks with holes (schedule words), whose hd128 varlen twin spilled 4 B with them, as with exps_before_dp."""
+    return DS_OFFSETS_KEPT and t.block_m in DS_OFFSETS_KEPT_BLOCK_M and not t.schedule_words
 #: Whether an ordered (deterministic) dQ takes the bulk reductions into the tile-ordered accumulator too, its producer
 #: warp waiting for each query tile's turn as before (dq_red_serves). Why: its TMA tensor reductions into the
 #: row-major accumulator are the path the default left for bulk reductions (+4-9%, results/h100/dq_bulk), and the
