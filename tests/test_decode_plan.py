@@ -18,6 +18,7 @@ from attngen.planning.splits import (
     COMBINE_COST_TILES,
     MAX_SPLITS,
     MIN_TILES_PER_SPLIT,
+    WAVES_MAX_TILES,
     WAVES_MIN_FILL,
     choose_role,
     choose_splits,
@@ -90,26 +91,35 @@ def test_a_spec_without_a_waves_tiling_says_so(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(PlanError, match="holds more than the stream tiling's 1 blocks per SM"):
         plan_decode(spec, Arch.sm90, DecodeRole.waves)
     family = families.get("sm80_decode")
-    assert family.role(stream, batch=64, kv_heads=8, heads=32, seqlen_q=1).role is DecodeRole.stream  # type: ignore[attr-defined]
+    assert family.role(stream, batch=64, kv_heads=8, heads=32, seqlen_q=1, keys=1024).role is DecodeRole.stream  # type: ignore[attr-defined]
 
 
 def test_role_rule() -> None:
-    """The waves tiling once the unsplit blocks fill WAVES_MIN_FILL waves of the stream tiling's slots."""
+    """The waves tiling once the unsplit blocks fill WAVES_MIN_FILL waves of the stream tiling's slots and keep at
+    most WAVES_MAX_TILES of its tiles."""
     rule = {"num_sms": 132, "stream_blocks_per_sm": 1, "waves_blocks_per_sm": 2}
     slots = int(WAVES_MIN_FILL * 132)
-    assert choose_role(blocks=slots, **rule).role is DecodeRole.waves
-    below = choose_role(blocks=slots - 1, **rule)
+    assert choose_role(blocks=slots, tiles=8, **rule).role is DecodeRole.waves
+    below = choose_role(blocks=slots - 1, tiles=8, **rule)
     assert below.role is DecodeRole.stream and "fewer than" in below.reason
-    assert "at 2 blocks/SM" in choose_role(blocks=512, **rule).reason
-    assert choose_role(blocks=512, **{**rule, "waves_blocks_per_sm": 0}).role is DecodeRole.stream
+    assert choose_role(blocks=512, tiles=WAVES_MAX_TILES, **rule).role is DecodeRole.waves
+    long_ = choose_role(blocks=512, tiles=WAVES_MAX_TILES + 1, **rule)
+    assert long_.role is DecodeRole.stream and f"more than {WAVES_MAX_TILES}" in long_.reason
+    assert "at 2 blocks/SM" in choose_role(blocks=512, tiles=8, **rule).reason
+    assert choose_role(blocks=512, tiles=8, **{**rule, "waves_blocks_per_sm": 0}).role is DecodeRole.stream
     family = families.get("sm80_decode")
     plan = plan_decode(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), Arch.sm90)
+
+    def role(batch: int, keys: int = 1024, seqlen_q: int = 1, **kw: int) -> DecodeRole:
+        return family.role(plan, batch=batch, kv_heads=8, heads=32, seqlen_q=seqlen_q, keys=keys, **kw).role  # type: ignore[attr-defined,no-any-return]
+
     # 32 query heads over 8 KV heads, one query: a block per (entry, KV head); 16 queries: 4 blocks per KV head.
-    pick = {b: family.role(plan, batch=b, kv_heads=8, heads=32, seqlen_q=1).role for b in (1, 8, 16, 17, 32)}  # type: ignore[attr-defined]
-    assert pick == {1: DecodeRole.stream, 8: DecodeRole.stream, 16: DecodeRole.stream, 17: DecodeRole.waves,
-                    32: DecodeRole.waves}
-    assert family.role(plan, batch=5, kv_heads=8, heads=32, seqlen_q=16).role is DecodeRole.waves  # type: ignore[attr-defined]
-    assert family.role(plan, batch=32, kv_heads=8, heads=32, seqlen_q=1, num_sms=528).role is DecodeRole.stream  # type: ignore[attr-defined]
+    assert {b: role(b) for b in (1, 8, 16, 17, 32)} == {1: DecodeRole.stream, 8: DecodeRole.stream,
+                                                        16: DecodeRole.stream, 17: DecodeRole.waves,
+                                                        32: DecodeRole.waves}
+    assert role(5, seqlen_q=16) is DecodeRole.waves and role(32, num_sms=528) is DecodeRole.stream
+    # 128-key tiles: 8k keys are 64 tiles, one more key is 65.
+    assert role(64, keys=8192) is DecodeRole.waves and role(64, keys=8193) is DecodeRole.stream
 
 
 #: Peak DRAM bandwidths (runtime.device.dram_gbps): H100 SXM 2619 MHz x 5120 bits, H200 3201 MHz x 6144 bits.
@@ -185,6 +195,8 @@ def test_explain_lines_give_the_rule_at_example_shapes() -> None:
                for line in lines)
     assert "waves tiling (calls whose blocks fill whole waves): 64-key tiles x 3 stages, 2 blocks/SM" in lines[2]
     assert any("at batch 32," in line and "1024 keys: the waves tiling" in line and "1 splits" in line
+               for line in lines)
+    assert any("at batch 64," in line and "32768 keys: the stream tiling" in line and "256 tiles" in line
                for line in lines)
 
 

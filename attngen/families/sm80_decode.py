@@ -162,11 +162,11 @@ class Sm80Decode(DecodeFamily):
                           waves_tiling=note.tiling if note else None,
                           waves_blocks_per_sm=note.blocks_per_sm if note else 0)
 
-    def role(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int,
+    def role(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
              num_sms: int | None = None) -> RoleChoice:
         return choose_role(blocks=batch * kv_heads * _row_blocks(heads, kv_heads, seqlen_q),
-                           num_sms=num_sms or plan.num_sms, stream_blocks_per_sm=plan.blocks_per_sm,
-                           waves_blocks_per_sm=plan.waves_blocks_per_sm)
+                           tiles=-(-keys // plan.tiling.tile_keys), num_sms=num_sms or plan.num_sms,
+                           stream_blocks_per_sm=plan.blocks_per_sm, waves_blocks_per_sm=plan.waves_blocks_per_sm)
 
     def splits(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
                num_sms: int | None = None, dram_gbps: float | None = None, paged: bool = False) -> SplitChoice:
@@ -192,8 +192,9 @@ class Sm80Decode(DecodeFamily):
                  f"  waves tiling (calls whose blocks fill whole waves): {waves}",
                  f"  tiling and splits: chosen per call from its shape and its GPU's SMs and DRAM bandwidth; below "
                  f"for {plan.num_sms} SMs and {arch_info(plan.arch).hbm_gbps} GB/s (the arch's flagship)"]
-        for batch, keys in ((1, 4096), (1, 131072), (8, 1024), (8, 32768), (12, 32768), (32, 1024), (64, 32768)):
-            role = self.role(plan, batch=batch, kv_heads=8, heads=32, seqlen_q=1)
+        for batch, keys in ((1, 4096), (1, 131072), (8, 1024), (8, 32768), (12, 32768), (32, 1024), (64, 4096),
+                            (64, 32768)):
+            role = self.role(plan, batch=batch, kv_heads=8, heads=32, seqlen_q=1, keys=keys)
             choice = self.splits(self.role_plan(plan, role.role), batch=batch, kv_heads=8, heads=32, seqlen_q=1,
                                  keys=keys)
             lines.append(f"  at batch {batch}, 32 heads / 8 KV heads, {keys} keys: the {role.role.value} tiling "

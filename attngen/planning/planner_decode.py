@@ -81,10 +81,10 @@ class DecodeFamily(KernelFamily):
         `dram_gbps` GB/s of DRAM bandwidth (defaults: the arch's flagship, archs.ArchInfo), and why."""
 
     @abstractmethod
-    def role(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int,
+    def role(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
              num_sms: int | None = None) -> RoleChoice:
-        """Which of the spec's tilings (DecodeRole) a call of this shape runs on a GPU of `num_sms` SMs, and why;
-        `plan` is the stream plan."""
+        """Which of the spec's tilings (DecodeRole) a call of this shape (`keys` the longest entry's) runs on a GPU
+        of `num_sms` SMs, and why; `plan` is the stream plan."""
 
     @abstractmethod
     def explain_lines(self, plan: DecodePlan) -> list[str]:

@@ -62,13 +62,17 @@ BALANCE_SPLITS = 8
 MIN_BALANCE_TILES = 8
 BALANCE_EFFICIENCY = 0.9
 #: Waves of the stream tiling's resident slots (SMs x its blocks per SM) the unsplit blocks must fill for a call to
-#: run the waves tiling instead (more blocks per SM, fewer bytes in flight each). With one block per SM every block
-#: starts with its pipeline empty and ends in its merge while the SM streams nothing; a second resident block
-#: streams meanwhile. Measured on the H200 (benchmarks/results/h200/decode_tiles, CUDA graphs, hd128, 8 KV heads;
-#: 64-key tiles x 3 stages at 2 blocks/SM against 128 x 3 at 1): batch 32 and 64 x 1k keys (256 and 512 blocks of
-#: 132 slots) 46.1 and 78.3 us against 47.7 and 81.4, x 4k 136.9 and 257.1 against 138.1 and 258.2; below a wave
-#: the stream tiling wins: batch 8 x 1k (64 blocks) 19.3 against 21.2, batch 1 x 32k 49.2 against 51.0.
+#: run the waves tiling instead (more blocks per SM, fewer bytes in flight each), and the stream tiling's K/V tiles
+#: per block it takes at most. With one block per SM every block starts with its pipeline empty and ends in its
+#: merge while the SM streams nothing; a second resident block streams meanwhile, which pays where blocks are short.
+#: Measured on the H200 (CUDA graphs, hd128, 8 KV heads; 64-key tiles x 3 stages at 2 blocks/SM against 128 x 3 at
+#: 1; benchmarks/results/h200/decode_tiles and decode_waves): batch 24, 32 and 64 x 1k keys (192-512 blocks of 132
+#: slots) 40.1 / 46.1 / 78.3 us against 42.5 / 47.7 / 81.4, x 4k 116.5 / 136.9 / 257.1 against 124.0 / 138.1 /
+#: 258.2; below a wave the stream tiling wins (batch 16 x 1k, 128 blocks: 28.5 against 31.5; batch 8 x 1k 19.3
+#: against 21.2); over 32k keys (256 tiles) it wins too, by less (batch 32 and 64: 974.3 / 1908.8 against 977.1 /
+#: 1936.7). Between 4k and 32k keys unmeasured: the limit sits at 8k (64 tiles).
 WAVES_MIN_FILL = 1.0
+WAVES_MAX_TILES = 64
 
 
 @dataclass(frozen=True)
@@ -86,17 +90,22 @@ class RoleChoice:
     reason: str
 
 
-def choose_role(*, blocks: int, num_sms: int, stream_blocks_per_sm: int, waves_blocks_per_sm: int) -> RoleChoice:
-    """Which tiling a decode call of `blocks` unsplit blocks runs: the waves tiling (waves_blocks_per_sm, 0 where the
-    spec has none) where the blocks fill WAVES_MIN_FILL waves of the stream tiling's slots, else the stream tiling."""
+def choose_role(*, blocks: int, tiles: int, num_sms: int, stream_blocks_per_sm: int,
+                waves_blocks_per_sm: int) -> RoleChoice:
+    """Which tiling a decode call of `blocks` unsplit blocks of `tiles` stream-tiling K/V tiles each runs: the waves
+    tiling (waves_blocks_per_sm, 0 where the spec has none) where the blocks fill WAVES_MIN_FILL waves of the stream
+    tiling's slots and keep at most WAVES_MAX_TILES tiles, else the stream tiling."""
     slots = max(1, num_sms * stream_blocks_per_sm)
     fill = f"{blocks} blocks fill {blocks / slots:.2f} waves of the stream tiling's {slots} slots"
     if not waves_blocks_per_sm:
         return RoleChoice(DecodeRole.stream, "no tiling holds more blocks per SM than the stream tiling")
-    if blocks >= WAVES_MIN_FILL * slots:
-        return RoleChoice(DecodeRole.waves, f"{fill}: at {waves_blocks_per_sm} blocks/SM one block's start and end "
-                                            f"overlap another's streaming")
-    return RoleChoice(DecodeRole.stream, f"{fill}, fewer than {WAVES_MIN_FILL:g}")
+    if blocks < WAVES_MIN_FILL * slots:
+        return RoleChoice(DecodeRole.stream, f"{fill}, fewer than {WAVES_MIN_FILL:g}")
+    if tiles > WAVES_MAX_TILES:
+        return RoleChoice(DecodeRole.stream, f"{fill}, but each streams {tiles} tiles, more than "
+                                             f"{WAVES_MAX_TILES}: their starts and ends are a small share")
+    return RoleChoice(DecodeRole.waves, f"{fill} of {tiles} tiles each: at {waves_blocks_per_sm} blocks/SM one "
+                                        f"block's start and end overlap another's streaming")
 
 
 def wave_efficiency(blocks: int, slots: int) -> float:

@@ -136,12 +136,12 @@ class DecodeKernels(LazyKernels):
         family = decode_family(self.stream_plan(arch).family)
         device = q.device.index or 0
         batch, seqlen_q, heads, d = q.shape
-        role = family.role(self.stream_plan(arch), batch=batch, kv_heads=k.shape[2], heads=heads,
-                           seqlen_q=seqlen_q, num_sms=sm_count(device)).role
-        cubin = self.role_cubin(arch, role)
-        plan: DecodePlan = cubin.source.plan
         page = k.shape[1] if table is not None else 0
         capacity = table.shape[1] * page if table is not None else k.shape[1]
+        role = family.role(self.stream_plan(arch), batch=batch, kv_heads=k.shape[2], heads=heads,
+                           seqlen_q=seqlen_q, keys=capacity, num_sms=sm_count(device)).role
+        cubin = self.role_cubin(arch, role)
+        plan: DecodePlan = cubin.source.plan
         splits = num_splits or family.splits(plan, batch=batch, kv_heads=k.shape[2], heads=heads,
                                              seqlen_q=seqlen_q, keys=capacity, num_sms=sm_count(device),
                                              dram_gbps=dram_gbps(device), paged=table is not None).splits
