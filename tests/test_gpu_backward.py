@@ -389,6 +389,22 @@ def test_kept_ds_store_addresses_give_the_same_gradients(monkeypatch: pytest.Mon
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=6))
 
 
+@pytest.mark.parametrize(("mask", "head_dim"), [("none", 64), ("causal", 64), ("none", 128), ("sliding_window", 128)])
+def test_ds_store_addresses_by_xor_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
+                                                           head_dim: int) -> None:
+    """The kept dS^T store addresses in one register, each k-step's an XOR of it (sm90_bwd.DS_OFFSETS_XOR), give dK
+    and dV bitwise equal to the other form's (hd128: a register a k-step; hd64: recomputed every step), dQ within
+    rounding, and exact gradients: an address off by a chunk would show in dK."""
+    from attngen.families import sm90_bwd
+
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd, lambda xor: {"DS_OFFSETS_XOR": xor},
+        lambda xor: AttentionSpec(name=f"ds_xor{int(xor)}_{mask}{head_dim}", head_dim=head_dim, dtype="bf16",
+                                  mask=mask, **({"window": (200, 0)} if mask == "sliding_window" else {})),
+        lambda t, xor: not t.split and not t.kv_halves and sm90_bwd.ds_offsets_xor(t) == xor, 1300, "close")
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=7))
+
+
 @pytest.mark.parametrize(("mask", "head_dim"), [("none", 64), ("causal", 128), ("none", 128)])
 def test_ordered_dq_by_bulk_reductions_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                                 head_dim: int) -> None:

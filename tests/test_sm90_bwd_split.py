@@ -388,25 +388,30 @@ def _longest_loop(sass: str) -> int:
     return max(len(body) for body in spans if any("HGMMA" in o for o in body))
 
 
-@pytest.mark.parametrize("head_dim", [128])
+@pytest.mark.parametrize("head_dim", [64, 128])
 def test_the_ds_store_addresses_are_kept_across_the_steps(monkeypatch: pytest.MonkeyPatch, head_dim: int) -> None:
     """DS_OFFSETS_KEPT: the dS^T stmatrix addresses are computed once and kept (opaque to ptxas), so the step loop is
-    shorter than with ptxas recomputing the swizzle every step; no spill, nothing serialized. Only at 64-query steps
-    (DS_OFFSETS_KEPT_BLOCK_M): hd64's 128-query steps recompute them."""
+    shorter than with ptxas recomputing the swizzle every step; no spill, nothing serialized. In the XOR form
+    (DS_OFFSETS_XOR) one register at every step size, hd64's 128-query steps included; without it one register a
+    k-step, at 64-query steps only (DS_OFFSETS_KEPT_BLOCK_M: hd64 spilled 4 B so)."""
     from attngen.families import sm90_bwd
     from attngen.toolchain.sass import disassemble
 
     loops = {}
-    for kept in (False, True):
+    for kept, xor in ((False, False), (True, False), (True, True)):
         monkeypatch.setattr(sm90_bwd, "DS_OFFSETS_KEPT", kept)
-        spec = AttentionSpec(name=f"ds_at{int(kept)}_{head_dim}", head_dim=head_dim, dtype="bf16", mask="none")
+        monkeypatch.setattr(sm90_bwd, "DS_OFFSETS_XOR", xor)
+        spec = AttentionSpec(name=f"ds_at{int(kept)}{int(xor)}_{head_dim}", head_dim=head_dim, dtype="bf16",
+                             mask="none")
         cubin = build.build_bwd(spec, "sm90")
-        assert f"constexpr bool kDsOffsetsKept = {'true' if kept else 'false'};" in cubin.source.code
+        on = kept and (xor or head_dim == 128)
+        assert f"constexpr bool kDsOffsetsKept = {'true' if on else 'false'};" in cubin.source.code
+        assert f"constexpr bool kDsOffsetsXor = {'true' if on and xor else 'false'};" in cubin.source.code
         assert not any(r.spill_stores or r.wgmma_serialized for r in cubin.resources), cubin.resources
-        loops[kept] = _longest_loop(disassemble(cubin.data))
-    assert loops[True] < loops[False], loops
-    hd64 = build.build_bwd(AttentionSpec(name="ds_at_hd64", head_dim=64, dtype="bf16", mask="none"), "sm90")
-    assert "constexpr bool kDsOffsetsKept = false;" in hd64.source.code
+        loops[(kept, xor)] = _longest_loop(disassemble(cubin.data))
+    assert loops[(True, True)] < loops[(False, False)], loops
+    if head_dim == 128:
+        assert loops[(True, False)] < loops[(False, False)], loops
     monkeypatch.setattr(sm90_bwd, "DS_OFFSETS_KEPT", True)
     document = {"expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
                 "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}}

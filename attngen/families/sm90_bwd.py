@@ -146,15 +146,26 @@ DQ_RED_MASKED = True
 #: the difference per step and mostly such address arithmetic; kept, each STSM's address is one add. Measured
 #: x1.009-1.044 at hd128 on the H200 (results/h200/prepared_1).
 DS_OFFSETS_KEPT = True
-#: Query rows per step where the addresses are kept: hd64's 128-query steps spilled 4 B under the device's NVRTC 13.0
-#: with them (benchmarks/nvrtc_device_check.sh).
+#: Query rows per step where the addresses are kept one register per k-step: hd64's 128-query steps spilled 4 B under
+#: the device's NVRTC 13.0 with them (benchmarks/nvrtc_device_check.sh).
 DS_OFFSETS_KEPT_BLOCK_M = (64,)
+#: The kept addresses as one register, each k-step's address one XOR of it (and the query slab an immediate; the
+#: template's ds_offsets says why that holds in the 128-byte swizzle), at every step size: three registers fewer at
+#: 64-query steps, seven at 128, where one register a k-step spilled. Unmeasured: a module constant for the A/B.
+DS_OFFSETS_XOR = True
 
 
 def ds_offsets_kept(t: HopperBwdTiling) -> bool:
-    """Whether the 64-KV-row consumers keep their dS^T store addresses live across the steps (DS_OFFSETS_KEPT): not
-    under masks with holes (schedule words), whose hd128 varlen twin spilled 4 B with them, as with exps_before_dp."""
-    return DS_OFFSETS_KEPT and t.block_m in DS_OFFSETS_KEPT_BLOCK_M and not t.schedule_words
+    """Whether the 64-KV-row consumers keep their dS^T store addresses live across the steps (DS_OFFSETS_KEPT): at
+    the step sizes of DS_OFFSETS_KEPT_BLOCK_M, or every one in the XOR form; not under masks with holes (schedule
+    words), whose hd128 varlen twin spilled 4 B with them, as with exps_before_dp."""
+    sizes = t.block_m in DS_OFFSETS_KEPT_BLOCK_M or DS_OFFSETS_XOR
+    return DS_OFFSETS_KEPT and sizes and not t.schedule_words
+
+
+def ds_offsets_xor(t: HopperBwdTiling) -> bool:
+    """Whether the kept dS^T store addresses take the one-register XOR form (DS_OFFSETS_XOR)."""
+    return ds_offsets_kept(t) and DS_OFFSETS_XOR
 #: Whether an ordered (deterministic) dQ takes the bulk reductions into the tile-ordered accumulator too, its producer
 #: warp waiting for each query tile's turn as before (dq_red_serves). Why: its TMA tensor reductions into the
 #: row-major accumulator are the path the default left for bulk reductions (+4-9%, results/h100/dq_bulk), and the
@@ -429,7 +440,8 @@ class Sm90Backward(BackwardFamily):
         else:
             t_op, acc_op, acc_ss_op, dq_op = backward_ops(hb.block_m, plan.spec.head_dim, hb.dq_cols, k)
             ops = {"t_op": t_op, "acc_op": acc_op, "acc_ss_op": acc_ss_op, "dq_op": dq_op,
-                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op), "ds_offsets_kept": ds_offsets_kept(hb)}
+                   "wgmma_ops": (t_op, acc_op, acc_ss_op, dq_op), "ds_offsets_kept": ds_offsets_kept(hb),
+                   "ds_offsets_xor": ds_offsets_xor(hb)}
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "zero_dkdv_done": hb.dq_overlap,
