@@ -18,5 +18,5 @@ timeout 100 python3 -m attngen bench --decode --batches 32,64 --caches 4k,32k --
   > "$OUT/decode.log" 2>&1
 echo "decode rc $? after ${SECONDS}s"
 rm -f "$OUT"/decode/*.png
-grep speed "$OUT/bwd.txt" "$OUT/fwd.txt" | grep -v "#deterministic /" | grep "attngen /\|/ attngen" | head -60
+grep -h speed "$OUT/bwd.txt" "$OUT/fwd.txt" | cut -c1-110
 grep "^| " "$OUT/decode/decode.md" | tail -5
