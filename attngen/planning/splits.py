@@ -104,7 +104,7 @@ def choose_role(*, blocks: int, tiles: int, num_sms: int, stream_blocks_per_sm: 
     if tiles > WAVES_MAX_TILES:
         return RoleChoice(DecodeRole.stream, f"{fill}, but each streams {tiles} tiles, more than "
                                              f"{WAVES_MAX_TILES}: their starts and ends are a small share")
-    return RoleChoice(DecodeRole.waves, f"{fill} of {tiles} tiles each: at {waves_blocks_per_sm} blocks/SM one "
+    return RoleChoice(DecodeRole.waves, f"{fill}, {tiles} tiles each: at {waves_blocks_per_sm} blocks/SM one "
                                         f"block's start and end overlap another's streaming")
 
 
