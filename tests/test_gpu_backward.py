@@ -405,27 +405,6 @@ def test_ds_store_addresses_by_xor_give_the_same_gradients(monkeypatch: pytest.M
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=7))
 
 
-@pytest.mark.parametrize(("head_dim", "mask", "deterministic"),
-                         [(192, "none", False), (192, "causal", True), (256, "none", False), (256, "causal", True),
-                          (256, "sliding_window", False)])
-def test_kept_p_and_ds_store_addresses_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch, head_dim: int,
-                                                               mask: str, deterministic: bool) -> None:
-    """hd192's halves (sm90_bwd_halves.TRANS_AT_KEPT) and hd256's split (sm90_bwd_split.FRAGS_AT_KEPT) addressing their
-    P^T and dS^T stores from a lane offset kept across the steps give dK and dV bitwise equal to the switch off's (the
-    same stores), dQ within rounding, exact gradients; deterministic plans bitwise in dQ too."""
-    from attngen.families import sm90_bwd_halves, sm90_bwd_split
-
-    module, name = (sm90_bwd_halves, "TRANS_AT_KEPT") if head_dim == 192 else (sm90_bwd_split, "FRAGS_AT_KEPT")
-    spec = _builds_agree(
-        monkeypatch, module, lambda kept: {name: kept},
-        lambda kept: AttentionSpec(name=f"pds_at{int(kept)}_{mask}{head_dim}{int(deterministic)}", head_dim=head_dim,
-                                   dtype="bf16", mask=mask, deterministic=deterministic,
-                                   **({"window": (200, 0)} if mask == "sliding_window" else {})),
-        lambda t, kept: bool(t.kv_halves if head_dim == 192 else t.split), 1400,
-        "bitwise" if deterministic else "close")
-    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=8))
-
-
 @pytest.mark.parametrize(("mask", "head_dim"), [("none", 64), ("causal", 128), ("none", 128)])
 def test_ordered_dq_by_bulk_reductions_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                                 head_dim: int) -> None:

@@ -43,7 +43,7 @@ from ..spec.model import Arch, AttentionSpec, PipelineKind
 from ..spec.variant import MaskKind
 from .base import Coverage
 from .sm90_bwd_cost import dkdv_terms, plan_cost, step_l2_bytes, step_l2_gbps
-from .sm90_bwd_halves import halves_line, halves_ops, halves_refusal, halves_tiling, trans_at_kept
+from .sm90_bwd_halves import halves_line, halves_ops, halves_refusal, halves_tiling
 from .sm90_bwd_split import REG_OVERHEAD, split_line, split_ops, split_tiling
 from .sm90_dq_tiles import TILED_DQ_PATH
 from .sm90_tail_order import bwd_tail_waves, order_line
@@ -435,7 +435,7 @@ class Sm90Backward(BackwardFamily):
         hopper, pre = (params_with_variant(f, plan.spec) for f in (HOPPER_BWD_PARAMS, BWD_PARAMS))
         k = dtype_trait(plan.spec.dtype).mma_k
         if hb.kv_halves:
-            ops = {**halves_ops(plan.spec.head_dim, k), "trans_at_kept": trans_at_kept(hb)}
+            ops = halves_ops(plan.spec.head_dim, k)
         elif hb.split:
             ops = split_ops(hb, k)
         else:

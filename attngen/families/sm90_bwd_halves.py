@@ -79,17 +79,6 @@ DO_ONE_STAGE = True
 CARRY_PRODUCTS_DV_EARLY = False
 
 
-#: The steps' P^T and dS^T stores address from one register kept across the steps (opaque to ptxas), each 8-column tile
-#: an immediate from it (kTransAtKept), as the rows kernel keeps its dS^T addresses (sm90_bwd.DS_OFFSETS_KEPT, +1-4%
-#: at hd128, results/h200/prepared_1). Unmeasured: a module constant for the A/B.
-TRANS_AT_KEPT = True
-
-
-def trans_at_kept(t: HopperBwdTiling) -> bool:
-    """Whether the halves keep their P^T and dS^T stores' address across the steps (TRANS_AT_KEPT)."""
-    return t.kv_halves and TRANS_AT_KEPT
-
-
 def halves_refusal(spec: AttentionSpec) -> str | None:
     """Why the halves do not serve `spec` (the head-dim split then does), or None. Deterministic packed specs: the
     ordered dQ's turns beside a packed batch's entry state spilled 12-24 B of stores (24-64 B of loads) under NVRTC

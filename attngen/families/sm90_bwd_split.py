@@ -206,12 +206,6 @@ def split_tiling(spec: AttentionSpec, info: ArchInfo) -> HopperBwdTiling:
                            do_stages=1 if staged else 0, dq_bulk=staged)
 
 
-#: The steps' P^T and dS^T stores address from the lane's offset kept across the steps (opaque to ptxas; each pair of
-#: 8-query tiles one XOR of it), as the rows kernel keeps its dS^T addresses (sm90_bwd.DS_OFFSETS_KEPT, +1-4% at hd128,
-#: results/h200/prepared_1). Unmeasured: a module constant for the A/B.
-FRAGS_AT_KEPT = True
-
-
 def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
     """The split kernel's wgmma instructions: S^T and dP^T (64 KV rows x s_cols queries, both K-major); dV and dK of
     each box count a warpgroup owns (A = P^T or dS^T from shared memory, B MN-major); one dQ box (A = dS^T read
@@ -222,7 +216,7 @@ def split_ops(t: HopperBwdTiling, k: int) -> dict[str, object]:
     dq_op = WgmmaOp(BOX, a_in_regs=False, trans_b=True, trans_a=True, k=k)
     return {"t_op": t_op, "split_acc_ops": acc_ops, "dq_op": dq_op, "wgmma_ops": (t_op, *acc_ops, dq_op),
             "split_stage_offsets": [BOX * BOX * 4 * sum(r.dq_staged for r in t.split[:w]) for w in range(len(t.split))],
-            "split_wait_late": STAGING_WAIT_LATE, "frags_at_kept": FRAGS_AT_KEPT}
+            "split_wait_late": STAGING_WAIT_LATE}
 
 
 def split_line(t: HopperBwdTiling) -> str:
