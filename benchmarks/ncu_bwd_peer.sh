@@ -4,7 +4,7 @@
 # dim, then --causal or nothing; ';' between), NCU_IMPLS="attngen fa4" (space-separated; an attngen kind may override
 # family constants as profile_one.py --impl does: "attngen:sm90_bwd.X=[64];sm90_bwd.Y=True"), NCU_TREE (a folder of
 # another version's attngen, as benchmarks/ab_device.sh's trees; this tree's by default), NCU_FORWARD=1 (the forward
-# kernels instead: attngen's attn_fwd beside FA4's FlashAttentionForwardSm90). Move generated/ and
+# kernels instead: attngen's attn_fwd beside FA4's FlashAttentionForwardSm90), NCU_SEQLEN (8192). Move generated/ and
 # benchmarks/results/ out of the tree for the call when carrying .fa4whl.
 #   bash benchmarks/ncu_bwd_peer.sh [tag]      (writes $OUT/ncu_peer_<tag>.tgz: <impl>_<cfg>.txt, .sass.csv.gz, .log,
 #   .kernels; a call brings back 8 files, so one archive, the reports left out)
@@ -27,10 +27,10 @@ for cfg in "${configs[@]}"; do
       kern=attn_fwd direction= name=fwd_$name
       [ "$impl" = fa4 ] && kern="Forward|fwd"
     fi
-    python3 benchmarks/profile_one.py --impl "$impl" --head-dim "$1" --seqlen 8192 $direction $2 > "$dir/$name.kernels" 2>&1 \
+    python3 benchmarks/profile_one.py --impl "$impl" --head-dim "$1" --seqlen "${NCU_SEQLEN:-8192}" $direction $2 > "$dir/$name.kernels" 2>&1 \
       || { tail -5 "$dir/$name.kernels"; continue; }
     ncu --clock-control none -k "regex:$kern" -c 1 --set full --import-source no \
-        -f -o "$dir/$name" python3 benchmarks/profile_one.py --impl "$impl" --head-dim "$1" --seqlen 8192 $direction $2 \
+        -f -o "$dir/$name" python3 benchmarks/profile_one.py --impl "$impl" --head-dim "$1" --seqlen "${NCU_SEQLEN:-8192}" $direction $2 \
         > "$dir/$name.log" 2>&1
     ncu -i "$dir/$name.ncu-rep" --page details > "$dir/$name.txt" 2>&1
     ncu -i "$dir/$name.ncu-rep" --page source --csv --print-source sass > "$dir/$name.sass.csv" 2>&1
