@@ -80,6 +80,25 @@ def test_the_waves_tiling_holds_more_blocks_per_sm_and_builds_kernels_of_its_own
     assert 2 * waves.smem_bytes <= arch_info(Arch.sm90).smem_per_sm
 
 
+def test_the_waves_tiling_keeps_as_many_bytes_in_flight() -> None:
+    """A waves tiling holds more blocks per SM without fewer K/V bytes in flight (up to INFLIGHT_TARGET): sm80 hd64's
+    64-key x 3 at three blocks keeps the stream tiling's 96 KB; sm80 hd128's only tiling of two blocks keeps 64 KB
+    against 96, so it has none; sm86's holds no second block at all."""
+    hd64 = plan_decode(AttentionSpec(head_dim=64, dtype="bf16", mask="causal"), Arch.sm80)
+    assert hd64.waves_tiling is not None and hd64.waves_blocks_per_sm == 3
+    waves = plan_decode(AttentionSpec(head_dim=64, dtype="bf16", mask="causal"), Arch.sm80, DecodeRole.waves)
+    stream_flight = next(c for c in hd64.candidates if c.tiling == hd64.tiling).inflight_bytes
+    assert next(c for c in waves.candidates if c.tiling == waves.tiling).inflight_bytes >= stream_flight
+    for arch in (Arch.sm80, Arch.sm86):
+        plan = plan_decode(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), arch)
+        assert plan.waves_tiling is None, arch
+        flight = next(d for d in plan.candidates if d.tiling == plan.tiling).inflight_bytes
+        more = [c for c in plan.candidates if c.fits and c.blocks_per_sm > plan.blocks_per_sm]
+        assert all(c.inflight_bytes < flight for c in more) and (more or arch is Arch.sm86), arch
+        with pytest.raises(PlanError, match="with as many bytes in flight"):
+            plan_decode(AttentionSpec(head_dim=128, dtype="bf16", mask="causal"), arch, DecodeRole.waves)
+
+
 def test_a_spec_without_a_waves_tiling_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """With one tiling in the search space, nothing holds more blocks per SM: every call runs the stream tiling, and
     asking for the waves plan names why."""

@@ -132,7 +132,8 @@ class Sm80Decode(DecodeFamily):
     def plan(self, spec: AttentionSpec, info: ArchInfo, exclude: Mapping[Any, str] | None = None,
              role: DecodeRole = DecodeRole.stream) -> DecodePlan:
         """The stream plan (the best-ranked tiling, rank_key), noting the waves tiling: the best-ranked one that
-        holds more blocks per SM. With `role` waves, the plan of that tiling; PlanError where there is none."""
+        holds more blocks per SM and keeps as many K/V bytes in flight (up to INFLIGHT_TARGET). With `role` waves, the
+        plan of that tiling; PlanError where there is none."""
         spec = decode_spec(spec)
         cands = [evaluate(spec, info, DecodeTiling(warp_keys=wk, num_warps=DECODE_WARPS, stages=st))
                  for wk, st in itertools.product(WARP_KEYS, STAGES)]
@@ -141,15 +142,16 @@ class Sm80Decode(DecodeFamily):
             raise PlanError(f"no decode tiling of spec '{spec.name}' fits {info.arch.value}: "
                             + "; ".join(f"{c.tiling.tile_keys} keys x {c.tiling.stages}: {c.reason}" for c in cands))
         stream = fitting[0]
-        waves = next((c for c in fitting if c.blocks_per_sm > stream.blocks_per_sm), None)
+        waves = next((c for c in fitting if _overlaps_without_losing_flight(c, stream)), None)
         reason = (f"{stream.reason} (target {INFLIGHT_TARGET // 1024} KB), the largest tile among those that reach "
                   f"it")
         best, note = stream, waves
         if role is DecodeRole.waves:
             if waves is None:
                 raise PlanError(f"no decode tiling of spec '{spec.name}' holds more than the stream tiling's "
-                                f"{stream.blocks_per_sm} blocks per SM on {info.arch.value}: the stream tiling "
-                                f"serves every call")
+                                f"{stream.blocks_per_sm} blocks per SM with as many bytes in flight "
+                                f"({min(stream.inflight_bytes, INFLIGHT_TARGET) // 1024} KB) on {info.arch.value}: "
+                                f"the stream tiling serves every call")
             best, note = waves, None
             reason = (f"{waves.reason}: the best-ranked tiling of more blocks per SM than the stream tiling's "
                       f"{stream.blocks_per_sm}, for calls whose blocks fill whole waves")
@@ -240,6 +242,15 @@ def kernel_name(spec: AttentionSpec, arch: Arch, role: DecodeRole = DecodeRole.s
     suffix = "" if role is DecodeRole.stream else f"_{role.value}"
     return (f"attn_decode_{variant_of(spec).name_part}_hd{spec.head_dim}_{spec.dtype.value}_{arch.value}_splitkv"
             f"{suffix}")
+
+
+def _overlaps_without_losing_flight(c: DecodeCandidate, stream: DecodeCandidate) -> bool:
+    """Whether candidate `c` may be the waves tiling: more blocks per SM than the stream tiling's, and as many K/V
+    bytes in flight per SM (up to INFLIGHT_TARGET), so that overlapping blocks costs no streaming rate. Measured where
+    both hold (sm90 hd128: 128 KB each; results/h200/decode_tiles); a tiling with less in flight (sm80 hd128: 64 KB
+    at two blocks against 96 KB at one) is not measured, so it is not taken."""
+    flight = min(stream.inflight_bytes, INFLIGHT_TARGET)
+    return c.blocks_per_sm > stream.blocks_per_sm and min(c.inflight_bytes, INFLIGHT_TARGET) >= flight
 
 
 def _row_blocks(heads: int, kv_heads: int, seqlen_q: int) -> int:
