@@ -161,8 +161,7 @@ class Sm80Decode(DecodeFamily):
                           min_blocks_per_sm=best.blocks_per_sm, blocks_per_sm=best.blocks_per_sm,
                           num_sms=info.num_sms_hint, reason=reason, candidates=tuple(cands),
                           overlap_combine=info.programmatic_launch, role=role,
-                          waves_tiling=note.tiling if note else None,
-                          waves_blocks_per_sm=note.blocks_per_sm if note else 0)
+                          waves_tiling=note.tiling if note else None)
 
     def role(self, plan: DecodePlan, *, batch: int, kv_heads: int, heads: int, seqlen_q: int, keys: int,
              num_sms: int | None = None) -> RoleChoice:

@@ -167,6 +167,8 @@ def ds_offsets_kept(t: HopperBwdTiling) -> bool:
 def ds_offsets_xor(t: HopperBwdTiling) -> bool:
     """Whether the kept dS^T store addresses take the one-register XOR form (DS_OFFSETS_XOR)."""
     return ds_offsets_kept(t) and DS_OFFSETS_XOR
+
+
 #: Whether an ordered (deterministic) dQ takes the bulk reductions into the tile-ordered accumulator too, its producer
 #: warp waiting for each query tile's turn as before (dq_red_serves). Why: its TMA tensor reductions into the
 #: row-major accumulator are the path the default left for bulk reductions (+4-9%, results/h100/dq_bulk), and the

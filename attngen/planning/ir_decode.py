@@ -66,7 +66,11 @@ class DecodePlan(IRModel):
     #: The stream plan's note of the spec's waves tiling (more blocks per SM), None where no candidate holds more
     #: blocks per SM than this plan; the waves plan itself leaves it None.
     waves_tiling: DecodeTiling | None = None
-    waves_blocks_per_sm: int = 0
+
+    @property
+    def waves_blocks_per_sm(self) -> int:
+        """The waves tiling's resident blocks per SM (its candidate's), 0 without one."""
+        return next((c.blocks_per_sm for c in self.candidates if c.tiling == self.waves_tiling), 0)
 
     @property
     def smem_bytes(self) -> int:

@@ -98,7 +98,8 @@ def choose_role(*, blocks: int, tiles: int, num_sms: int, stream_blocks_per_sm: 
     slots = max(1, num_sms * stream_blocks_per_sm)
     fill = f"{blocks} blocks fill {blocks / slots:.2f} waves of the stream tiling's {slots} slots"
     if not waves_blocks_per_sm:
-        return RoleChoice(DecodeRole.stream, "no tiling holds more blocks per SM than the stream tiling")
+        return RoleChoice(DecodeRole.stream, "no tiling holds more blocks per SM than the stream tiling with as "
+                                             "many bytes in flight")
     if blocks < WAVES_MIN_FILL * slots:
         return RoleChoice(DecodeRole.stream, f"{fill}, fewer than {WAVES_MIN_FILL:g}")
     if tiles > WAVES_MAX_TILES:

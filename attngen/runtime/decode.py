@@ -133,17 +133,19 @@ class DecodeKernels(LazyKernels):
         `num_splits` 0: the family's split count (planning.splits), else that many."""
 
         arch = current_arch(q.device)
-        family = decode_family(self.stream_plan(arch).family)
+        stream = self.stream_plan(arch)
+        family = decode_family(stream.family)
         device = q.device.index or 0
+        sms = sm_count(device)
         batch, seqlen_q, heads, d = q.shape
         page = k.shape[1] if table is not None else 0
         capacity = table.shape[1] * page if table is not None else k.shape[1]
-        role = family.role(self.stream_plan(arch), batch=batch, kv_heads=k.shape[2], heads=heads,
-                           seqlen_q=seqlen_q, keys=capacity, num_sms=sm_count(device)).role
+        role = family.role(stream, batch=batch, kv_heads=k.shape[2], heads=heads, seqlen_q=seqlen_q, keys=capacity,
+                           num_sms=sms).role
         cubin = self.role_cubin(arch, role)
         plan: DecodePlan = cubin.source.plan
         splits = num_splits or family.splits(plan, batch=batch, kv_heads=k.shape[2], heads=heads,
-                                             seqlen_q=seqlen_q, keys=capacity, num_sms=sm_count(device),
+                                             seqlen_q=seqlen_q, keys=capacity, num_sms=sms,
                                              dram_gbps=dram_gbps(device), paged=table is not None).splits
         shape = DecodeShape(batch=batch, heads=heads, kv_heads=k.shape[2], seqlen_q=seqlen_q, num_splits=splits)
         struct = struct_of(with_variant(DECODE_PARAMS, self.variant.fields))
