@@ -144,6 +144,20 @@ def one(head_dim: int, seqlen: int, causal: bool, kinds: list[str], reps: int, f
         print(f"{tag}: {b} / {a} speed {med[a] / med[b]:.3f} (per repetition {min(ratios):.3f}-{max(ratios):.3f})")
 
 
+def split_kinds(text: str) -> list[str]:
+    """The comma-separated kinds, a comma inside braces or brackets (a dict or list literal) not separating."""
+    kinds, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch in "{["
+        depth -= ch in "}]"
+        if ch == "," and depth == 0:
+            kinds.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*kinds, cur]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--head-dims", default="64,128")
@@ -164,7 +178,7 @@ def main() -> None:
     for d in map(int, args.head_dims.split(",")):
         for s in map(int, args.seqlens.split(",")):
             for mask in args.masks.split(","):
-                one(d, s, mask == "causal", args.kinds.split(","), args.reps, args.forward, args.deterministic,
+                one(d, s, mask == "causal", split_kinds(args.kinds), args.reps, args.forward, args.deterministic,
                     args.dtype, args.timer, args.calls)
 
 

@@ -270,10 +270,11 @@ _AB_SHAPES = [(1, 1000, 1000, 4, 2), (2, 300, 1100, 2, 1), (1, 1, 1000, 4, 2)]
 
 def _builds_agree(monkeypatch: pytest.MonkeyPatch, module: Any, constants: Callable[[bool], dict[str, object]],
                   make_spec: Callable[[bool], AttentionSpec], plan_ok: Callable[[Any, bool], bool], seed: int,
-                  dq: str, shapes: list[tuple[int, ...]] = _AB_SHAPES) -> AttentionSpec:
+                  dq: str, shapes: list[tuple[int, ...]] = _AB_SHAPES, dkdv: str = "bitwise") -> AttentionSpec:
     """Builds of make_spec(flag) with constants(flag) set on the family `module`, flag False then True (each plan's
-    dK/dV tiling checked by plan_ok(tiling, flag)), give finite gradients on `shapes`, dK and dV bitwise equal, and
-    dQ bitwise equal ("bitwise"), within 1e-2 ("close") or anything finite ("any"). Returns the True build's spec."""
+    dK/dV tiling checked by plan_ok(tiling, flag)), give finite gradients on `shapes`, dK and dV bitwise equal (or
+    within 1e-2: dkdv "close"), and dQ bitwise equal ("bitwise"), within 1e-2 ("close") or anything finite ("any").
+    Returns the True build's spec."""
     arch = attngen.runtime.kernel.current_arch()
     if arch.value != "sm90":
         pytest.skip("the wgmma backward runs on sm90")
@@ -289,10 +290,11 @@ def _builds_agree(monkeypatch: pytest.MonkeyPatch, module: Any, constants: Calla
     for shape, got, want in zip(shapes, runs[True], runs[False], strict=True):
         for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
             assert g.isfinite().all(), f"{shape}: {name} not finite"
-            if name != "dq" or dq == "bitwise":
+            mode = dq if name == "dq" else dkdv
+            if mode == "bitwise":
                 assert torch.equal(g, w), f"{shape}: {name} differs between the builds"
-            elif dq == "close":
-                assert relative_error(g, w) < 1e-2, f"{shape}: dq {relative_error(g, w):.2e} between the builds"
+            elif mode == "close":
+                assert relative_error(g, w) < 1e-2, f"{shape}: {name} {relative_error(g, w):.2e} between the builds"
     return spec
 
 
@@ -403,6 +405,39 @@ def test_ds_store_addresses_by_xor_give_the_same_gradients(monkeypatch: pytest.M
                                   mask=mask, **({"window": (200, 0)} if mask == "sliding_window" else {})),
         lambda t, xor: not t.split and not t.kv_halves and sm90_bwd.ds_offsets_xor(t) == xor, 1300, "close")
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=7))
+
+
+@pytest.mark.parametrize(("mask", "head_dim", "extra"),
+                         [("none", 64, {}), ("causal", 64, {}), ("none", 128, {}), ("causal", 128, {}),
+                          ("sliding_window", 128, {"window": (200, 0)}), ("causal", 128, {"deterministic": True}),
+                          ("causal", 64, {"deterministic": True})])
+def test_accumulators_from_the_row_values_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
+                                                                  head_dim: int, extra: dict[str, Any]) -> None:
+    """S^T's and dP^T's accumulators starting at -LSE / scale_log2 and -D (sm90_bwd.DP_FROM_D; the preprocess writes
+    the row values so) give gradients within rounding of the kernels that subtract them after the products, and exact
+    against float64: a row value in the wrong column or left unscaled would not."""
+    from attngen.families import sm90_bwd
+
+    spec = _builds_agree(
+        monkeypatch, sm90_bwd, lambda on: {"DP_FROM_D": on},
+        lambda on: AttentionSpec(name=f"rows_acc{int(on)}_{mask}{head_dim}{int(bool(extra))}", head_dim=head_dim,
+                                 dtype="bf16", mask=mask, **extra),
+        lambda t, on: t.s_from_lse == on and t.dp_from_d == on, 1400, "close", dkdv="close")
+    _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=8))
+
+
+@pytest.mark.parametrize("score_mod", [{"alibi": "standard"}, {"expr": "score * 0.5"}])
+def test_dp_from_d_under_a_constant_score_mod_derivative(monkeypatch: pytest.MonkeyPatch,
+                                                          score_mod: dict[str, Any]) -> None:
+    """Under a score mod whose derivative is one constant (1 for ALiBi, 0.5 here) dP^T's accumulator starts at -D while
+    S^T's does not (the score mod needs the raw score): gradients within rounding of the build without it."""
+    from attngen.families import sm90_bwd
+
+    _builds_agree(
+        monkeypatch, sm90_bwd, lambda on: {"DP_FROM_D": on},
+        lambda on: AttentionSpec(name=f"dp_d{int(on)}_{len(score_mod)}{next(iter(score_mod))}", head_dim=128,
+                                 dtype="bf16", mask="causal", score_mod=score_mod),
+        lambda t, on: not t.s_from_lse and t.dp_from_d == on, 1500, "close", dkdv="close")
 
 
 @pytest.mark.parametrize(("mask", "head_dim"), [("none", 64), ("causal", 128), ("none", 128)])

@@ -382,6 +382,7 @@ class Sm80Backward(BackwardFamily):
         return {**common_context(plan, self.plan_line(plan)), "bwd": plan, "params": fields,
                 "params_layout": layout(fields), "swizzle_chunks": chunks,
                 "pad_rows": plan.dkdv.block_m if atomic else 0, "zero_dq_accum": atomic, "zero_dkdv_done": False,
+                "lse_rows_over_scale": False, "d_rows_negated": False,
                 "dependent_launch": False,
                 "convert_threads": DQ_CONVERT_THREADS, "convert_rows": convert_rows(plan.dkdv.block_m)}
 

@@ -28,7 +28,8 @@ from ..errors import PlanError
 from ..features.dtype import dtype_trait, with_backward
 from ..features.kv_layout import KV_LAYOUTS
 from ..features.mask import MASKS
-from ..features.variant import params_with_variant
+from ..features.variant import params_with_variant, variant_of
+from ..features.variant_cxx import score_grad_is_const
 from ..planning.archs import ArchInfo, arch_info
 from ..planning.ir import SmemRegions
 from ..planning.ir_bwd import HopperBwdPlan, HopperBwdTiling
@@ -156,6 +157,15 @@ DS_OFFSETS_KEPT_BLOCK_M = (64,)
 DS_OFFSETS_XOR = True
 
 
+#: dP^T's accumulator starting at D and its product subtracting (HopperBwdTiling.dp_from_d), where the score mod's
+#: derivative is one constant. Why: at hd64's 128-query steps S^T, dP^T, dK and dV hold 192 of the consumers' 240
+#: registers, and D's 32 values a thread beside them are what made the exps' split around dP^T's wait spill 48-52 B
+#: (results/h200/ncu_peer_hd64_2k: the exps issue back to back, 13.5k `wait` samples on MUFU against FA4's 1.8k).
+#: Loaded into the accumulator before the product is issued, D needs no registers of its own, and dS^T loses its
+#: FADD a value. A module constant for the device A/B.
+DP_FROM_D = True
+
+
 def ds_offsets_kept(t: HopperBwdTiling) -> bool:
     """Whether the 64-KV-row consumers keep their dS^T store addresses live across the steps (DS_OFFSETS_KEPT): at
     the step sizes of DS_OFFSETS_KEPT_BLOCK_M, or every one in the XOR form; not under masks with holes (schedule
@@ -232,7 +242,9 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
-                           exps_before_dp=0 if words else EXPS_BEFORE_DP.get(bm, 0))
+                           exps_before_dp=0 if words else EXPS_BEFORE_DP.get(bm, 0),
+                           dp_from_d=DP_FROM_D and score_grad_is_const(variant_of(spec)),
+                           s_from_lse=DP_FROM_D and spec.score_mod is None)
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
@@ -424,6 +436,9 @@ class Sm90Backward(BackwardFamily):
                 line += "dV's product after dS^T's stores, "
             if hb.exps_before_dp:
                 line += f"exps of {hb.exps_before_dp} of {hb.block_m // 8} query tiles before dP^T's wait, "
+            starts = [x for x, on in (("S^T's at -LSE", hb.s_from_lse), ("dP^T's at -D", hb.dp_from_d)) if on]
+            if starts:
+                line += f"accumulators start: {' and '.join(starts)}, "
         line += (_owner_line(hb, plan.spec.head_dim) if hb.split or hb.kv_halves
                  else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
         if plan.tail_waves:
@@ -448,6 +463,7 @@ class Sm90Backward(BackwardFamily):
         return {**common_context(plan, self.plan_line(plan)), "hb": hb, **ops, "params": hopper,
                 "params_layout": layout(hopper), "pre_params": pre, "pre_params_layout": layout(pre),
                 "pad_rows": hb.block_m, "zero_dq_accum": hb.dq_red, "zero_dkdv_done": hb.dq_overlap,
+                "lse_rows_over_scale": hb.s_from_lse, "d_rows_negated": hb.dp_from_d,
                 "dependent_launch": plan.dependent_launch,
                 "tail_order": plan.tail_waves > 0}
 

@@ -138,6 +138,13 @@ class HopperBwdTiling(IRModel):
     #: The 8-query tiles of S^T whose exps run before dP^T's product is waited on; 0: all of them. The rest run after
     #: the wait beside the dS values (FlashAttention-4's order), so that their MUFUs interleave with other work.
     exps_before_dp: int = 0
+    #: Without split or kv_halves, under a constant score-mod derivative: dP^T's accumulator starts at -D (each query
+    #: column's value; the preprocess writes D's padded rows negated), so that it ends at dP^T - D and each dS^T value
+    #: is one FMUL: no D array in registers beside S^T and dP^T, no FADD per element.
+    dp_from_d: bool = False
+    #: The same for S^T without a score mod: its accumulator starts at -LSE / scale_log2 (each query column's; the
+    #: preprocess writes the LSE rows so), so that P^T = exp2(acc scale_log2) needs no LSE array in registers either.
+    s_from_lse: bool = False
     #: A step's last products (dK's and dV's; the KV-row halves' dV^T and dK^T) left running into the next step, whose
     #: wait for its S waits for them too and then frees their Q/dO stage, instead of waiting for them at the step's end:
     #: the tensor pipe goes on from one step's products into the next step's S without draining in between.
