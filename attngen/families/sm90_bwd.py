@@ -164,6 +164,9 @@ DS_OFFSETS_XOR = True
 #: Loaded into the accumulator before the product is issued, D needs no registers of its own, and dS^T loses its
 #: FADD a value. A module constant for the device A/B.
 DP_FROM_D = True
+#: S^T's accumulator starting at -LSE / scale_log2 too (HopperBwdTiling.s_from_lse), where there is no score mod: the
+#: LSE array's registers freed as well, but S^T's product then waits for the row values' shared loads.
+S_FROM_LSE = True
 
 
 def ds_offsets_kept(t: HopperBwdTiling) -> bool:
@@ -244,7 +247,7 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
                            exps_before_dp=0 if words else EXPS_BEFORE_DP.get(bm, 0),
                            dp_from_d=DP_FROM_D and score_grad_is_const(variant_of(spec)),
-                           s_from_lse=DP_FROM_D and spec.score_mod is None)
+                           s_from_lse=S_FROM_LSE and spec.score_mod is None)
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
