@@ -207,13 +207,13 @@ def _longest_mufu_run(ops: list[str]) -> int:
 @pytest.mark.parametrize("mask", ["none", "causal"])
 def test_hd128_splits_its_exps_around_the_dp_wait(monkeypatch: pytest.MonkeyPatch, mask: str) -> None:
     """hd128's 64-query step runs the exps of 4 of its 8 query tiles before dP^T's wait and the rest beside the dS
-    values, with dV's product after dS^T's stores; hd64 (deferred, 128 queries) does neither. In the SASS the 32 MUFUs
-    a thread issues per step no longer run back to back (16 at most; 28 or more with EXPS_BEFORE_DP empty, as ptxas
-    interleaves an instruction or two, and with the accumulators from the row values off: sm90_bwd.DP_FROM_D, with
-    which ptxas interleaves them even unsplit), with no spill."""
+    values, with dV's product after dS^T's stores; hd64 (deferred, 128 queries) splits 8 of its 16 (test below). In
+    the SASS the 32 MUFUs a thread issues per step no longer run back to back (16 at most; 28 or more with
+    EXPS_BEFORE_DP empty, as ptxas interleaves an instruction or two, and with the accumulators from the row values
+    off: sm90_bwd.DP_FROM_D, with which ptxas interleaves them even unsplit), with no spill."""
     t128, t64 = _tiling(128, mask=mask), _tiling(64, mask=mask)
     assert (t128.exps_before_dp, t128.dv_after_ds) == (4, True)
-    assert (t64.exps_before_dp, t64.dv_after_ds) == (0, False)
+    assert (t64.exps_before_dp, t64.dv_after_ds) == (8, False)
     document = {"expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
                 "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}}
     assert _tiling(128, mask=document).exps_before_dp == 0   # a mask with holes: its varlen twin spilled 4 B split
@@ -236,13 +236,15 @@ def test_accumulators_start_at_the_row_values() -> None:
     """sm90_bwd.DP_FROM_D: the 64-KV-row consumers' S^T accumulator starts at -LSE / scale_log2 where there is no score
     mod, dP^T's at -D where the score mod's derivative is one constant; the preprocess writes those row values so. In
     the SASS of hd64's dK/dV kernel no FADD is left of the dS values' dP - D (128 with it off under the device's NVRTC
-    13.0, 64 under newer ones), with no spill. hd192 and hd256 keep the subtraction."""
+    13.0, 64 under newer ones), with no spill; its exps split 8 of 16 tiles around dP^T's wait, which the registers
+    freed allow only when both start so. hd192 and hd256 keep the subtraction."""
     cases = {None: (True, True), "alibi": (False, True), "softcap": (False, False)}
     for mod, want in cases.items():
         score_mod = {"alibi": {"alibi": "standard"}, "softcap": {"softcap": 20.0}}.get(mod or "")
         t = _tiling(128, mask="causal", score_mod=score_mod)
         assert (t.s_from_lse, t.dp_from_d) == want, mod
     assert not any((_tiling(d).s_from_lse, _tiling(d).dp_from_d) != (False, False) for d in (192, 256))
+    assert _tiling(64).exps_before_dp == 8 and _tiling(64, score_mod={"alibi": "standard"}).exps_before_dp == 0
     line = sm90_bwd.Sm90Backward().plan_line(_plan(64))
     assert "accumulators start: S^T's at -LSE and dP^T's at -D" in line
     code = render(_plan(64)).code
@@ -256,8 +258,9 @@ def test_accumulators_off_subtract_after_the_products(monkeypatch: pytest.Monkey
     """With sm90_bwd.DP_FROM_D off the row values stay as they were (the LSE in log2 units, D) and the dS values
     subtract D after dP^T's product."""
     monkeypatch.setattr(sm90_bwd, "DP_FROM_D", False)
+    monkeypatch.setattr(sm90_bwd, "S_FROM_LSE", False)
     t = _tiling(64)
-    assert (t.s_from_lse, t.dp_from_d) == (False, False)
+    assert (t.s_from_lse, t.dp_from_d, t.exps_before_dp) == (False, False, 0)   # the split spilled without them
     code = render(_plan(64)).code
     assert "constexpr bool kLseRowsOverScale = false;" in code and "constexpr bool kDRowsNegated = false;" in code
     off, _ = _dkdv_ops(_spec(64))

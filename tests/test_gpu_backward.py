@@ -413,13 +413,14 @@ def test_ds_store_addresses_by_xor_give_the_same_gradients(monkeypatch: pytest.M
                           ("causal", 64, {"deterministic": True})])
 def test_accumulators_from_the_row_values_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                                   head_dim: int, extra: dict[str, Any]) -> None:
-    """S^T's and dP^T's accumulators starting at -LSE / scale_log2 and -D (sm90_bwd.DP_FROM_D; the preprocess writes
-    the row values so) give gradients within rounding of the kernels that subtract them after the products, and exact
-    against float64: a row value in the wrong column or left unscaled would not."""
+    """S^T's and dP^T's accumulators starting at -LSE / scale_log2 and -D (sm90_bwd.DP_FROM_D, S_FROM_LSE; the
+    preprocess writes the row values so), with hd64's exps split around dP^T's wait, give gradients within rounding of
+    the kernels that subtract them after the products, and exact against float64: a row value in the wrong column or
+    left unscaled would not."""
     from attngen.families import sm90_bwd
 
     spec = _builds_agree(
-        monkeypatch, sm90_bwd, lambda on: {"DP_FROM_D": on},
+        monkeypatch, sm90_bwd, lambda on: {"DP_FROM_D": on, "S_FROM_LSE": on},
         lambda on: AttentionSpec(name=f"rows_acc{int(on)}_{mask}{head_dim}{int(bool(extra))}", head_dim=head_dim,
                                  dtype="bf16", mask=mask, **extra),
         lambda t, on: t.s_from_lse == on and t.dp_from_d == on, 1400, "close", dkdv="close")

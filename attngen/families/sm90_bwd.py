@@ -115,9 +115,13 @@ DV_AFTER_DS = True
 #: samples of `wait` on them against FA4's ~1k, whose exps run half before and half after the wait, interleaved with
 #: the dS values and their packing. Measured (step_orders/exps128, exps64): hd128 half before +0.8-0.9% unmasked,
 #: +1.7-2.2% causal (2 or 6 of the 8 tiles no better); hd64's 128-query step with 12 of 16 before 2-4% slower (8 of 16
-#: spilled 48 B), so it keeps all of them; so does a mask with holes (the document mask's varlen twin spilled 4 B). A
-#: module constant for the device A/B.
-EXPS_BEFORE_DP: dict[int, int] = {64: 4}
+#: spilled 48 B), so it kept all of them; so does a mask with holes (the document mask's varlen twin spilled 4 B).
+#: hd64's 8 of 16 fit once S^T's and dP^T's accumulators start at the row values (DP_FROM_D, S_FROM_LSE: no LSE or D
+#: array beside them), and are taken only so (exps_before_dp). Measured on the H200 with both, against neither and no
+#: split (results/h200/rows_acc_1, rows_acc_2): +0.1-6.4% at 2k-16k (geometric means +0.8% and +3.0% in the two
+#: runs); unsplit the accumulators alone read 0.94-0.995 (each product waits for the shared loads of its row values).
+#: A module constant for the device A/B.
+EXPS_BEFORE_DP: dict[int, int] = {64: 4, 128: 8}
 #: The three kernels launched as programmatic dependents (HopperBwdPlan.dependent_launch), as FlashAttention-4's
 #: preprocess and sm90 backward are: the dK/dV kernel's blocks start under the preprocess's last wave and load K, V and
 #: the first Q and dO tiles before they wait for its D and LSE; dq_convert's launch latency hides under the dK/dV
@@ -245,9 +249,18 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
                            ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
-                           exps_before_dp=0 if words else EXPS_BEFORE_DP.get(bm, 0),
-                           dp_from_d=DP_FROM_D and score_grad_is_const(variant_of(spec)),
-                           s_from_lse=S_FROM_LSE and spec.score_mod is None)
+                           **_row_values(spec, bm, words))
+
+
+def _row_values(spec: AttentionSpec, block_m: int, words: int) -> dict[str, Any]:
+    """Where the row values go (HopperBwdTiling.dp_from_d, s_from_lse: DP_FROM_D, S_FROM_LSE), and the exps split
+    around dP^T's wait (exps_before_dp: EXPS_BEFORE_DP; not under a mask with holes, and at 128-query steps only with
+    both accumulators from the row values, without which the split spilled 48 B)."""
+    dp_from_d = DP_FROM_D and score_grad_is_const(variant_of(spec))
+    s_from_lse = S_FROM_LSE and spec.score_mod is None
+    registers = block_m <= 64 or (dp_from_d and s_from_lse)
+    return {"dp_from_d": dp_from_d, "s_from_lse": s_from_lse,
+            "exps_before_dp": EXPS_BEFORE_DP.get(block_m, 0) if registers and not words else 0}
 
 
 def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_smem: bool, swap: bool) -> bool:
