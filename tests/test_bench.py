@@ -147,14 +147,40 @@ def _model_1_rows() -> list[tuple[Config, dict[str, Any], dict[str, Any]]]:
 
 
 def test_the_sm90_forward_model_reproduces_the_model_1_rows() -> None:
-    """Measured over predicted within 0.85-1.15 at every calibration point (it was 0.83-1.76 before: the products
-    at the datasheet rate, no per-block clocks, no causal slowdown), on the tiles the run measured."""
+    """Measured over predicted within 0.85-1.20 at every calibration point of the H100 run (it was 0.83-1.76 before:
+    the products at the datasheet rate, no per-block clocks, no causal slowdown), on the tiles the run measured. With
+    the causal slowdown recalibrated on the H200's run of today's kernels (next test) its hd64 2k causal row reads
+    1.17, the rest 0.91-1.11."""
     rows = _model_1_rows()
     assert {(c.head_dim, c.seqlen, c.causal) for c, _, _ in rows} == {
         (d, s, c) for d in (64, 128) for s in (2048, 8192) for c in (False, True)}
     for cfg, row, committed in rows:
         assert row["tiling"] == committed["model"]["tiling"], cfg.label  # the plans the run measured
-        assert 0.85 <= row["measured_over_predicted"] <= 1.15, (cfg.label, row["measured_over_predicted"])
+        assert 0.85 <= row["measured_over_predicted"] <= 1.20, (cfg.label, row["measured_over_predicted"])
+
+
+#: The H200's forward bench of today's plans (hd64 / 128 / 256 at 2k / 8k / 16k, both masks; its README).
+MODEL_H200 = REPO / "benchmarks" / "results" / "h200" / "model_1" / "fwd" / "bench.json"
+
+
+def test_the_sm90_forward_model_against_the_h200_run() -> None:
+    """On the H200 (today's plans, the tiles that run measured) measured over predicted is 0.74-1.03: the model is
+    pessimistic by ~13% at long sequences, in the terms the ranking shares (NOTES.md, "model_1"). The causal rows carry
+    no bias of their own (sm90_fwd_cost.PARTIAL_MASK_SLOWDOWN): their geometric mean is within 3% of the unmasked
+    rows' (with the H100's 1.13 it was 6% below)."""
+    run = json.loads(MODEL_H200.read_text())
+    ratios: dict[bool, list[float]] = {False: [], True: []}
+    for r in run["results"]:
+        cfg = Config(r["head_dim"], r["seqlen"], r["causal"])
+        summary = plan(AttentionSpec(head_dim=cfg.head_dim, dtype="bf16", mask="causal" if cfg.causal else "none"),
+                       "sm90").summary()
+        row = model.model_row(cfg, summary, r["impls"]["attngen"]["ms"], run["ceilings"])
+        assert row["tiling"] == r["model"]["tiling"], cfg.label
+        assert 0.74 <= row["measured_over_predicted"] <= 1.03, (cfg.label, row["measured_over_predicted"])
+        ratios[cfg.causal].append(row["measured_over_predicted"])
+    assert len(ratios[False]) == len(ratios[True]) == 9
+    means = [math.exp(sum(map(math.log, v)) / len(v)) for v in ratios.values()]
+    assert abs(means[1] / means[0] - 1) < 0.03, means
 
 
 def test_of_bound_is_at_most_one_at_the_model_1_rows() -> None:
