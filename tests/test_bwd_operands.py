@@ -244,7 +244,10 @@ def test_accumulators_start_at_the_row_values() -> None:
         t = _tiling(128, mask="causal", score_mod=score_mod)
         assert (t.s_from_lse, t.dp_from_d) == want, mod
     assert not any((_tiling(d).s_from_lse, _tiling(d).dp_from_d) != (False, False) for d in (192, 256))
-    assert _tiling(64).exps_before_dp == 8 and _tiling(64, score_mod={"alibi": "standard"}).exps_before_dp == 0
+    assert _tiling(64).exps_before_dp == 8
+    alibi64 = _tiling(64, score_mod={"alibi": "standard"})   # 128-query steps: both or neither
+    assert (alibi64.s_from_lse, alibi64.dp_from_d, alibi64.exps_before_dp) == (False, False, 0)
+    _dkdv_ops(_spec(64, score_mod={"expr": "score * 0.5"}))   # no spill, no serialized wgmma (dP^T's alone: 48 B)
     line = sm90_bwd.Sm90Backward().plan_line(_plan(64))
     assert "accumulators start: S^T's at -LSE and dP^T's at -D" in line
     code = render(_plan(64)).code

@@ -254,10 +254,12 @@ def _rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hoppe
 
 def _row_values(spec: AttentionSpec, block_m: int, words: int) -> dict[str, Any]:
     """Where the row values go (HopperBwdTiling.dp_from_d, s_from_lse: DP_FROM_D, S_FROM_LSE), and the exps split
-    around dP^T's wait (exps_before_dp: EXPS_BEFORE_DP; not under a mask with holes, and at 128-query steps only with
-    both accumulators from the row values, without which the split spilled 48 B)."""
-    dp_from_d = DP_FROM_D and score_grad_is_const(variant_of(spec))
+    around dP^T's wait (exps_before_dp: EXPS_BEFORE_DP; not under a mask with holes). At 128-query steps both
+    accumulators start at the row values or neither: the split spilled 48 B without them, and dP^T's alone (under a
+    score mod with a constant derivative, which keeps the LSE) turned hd64's `score * 0.5` from no spill into 48 B and
+    serialized wgmmas under NVRTC 13.0."""
     s_from_lse = S_FROM_LSE and spec.score_mod is None
+    dp_from_d = DP_FROM_D and score_grad_is_const(variant_of(spec)) and (block_m <= 64 or s_from_lse)
     registers = block_m <= 64 or (dp_from_d and s_from_lse)
     return {"dp_from_d": dp_from_d, "s_from_lse": s_from_lse,
             "exps_before_dp": EXPS_BEFORE_DP.get(block_m, 0) if registers and not words else 0}
