@@ -22,11 +22,16 @@ from ..spec.model import AttentionSpec
 #: (300 / 407). Short sequences read below it (their blocks' K/V loads and dK/dV stores are not overlapped). The
 #: first calibration, 3200 (387 TFLOP/s at hd128 4k, bwd_hopper/bwd.json), read 0.69-0.84 of today's kernel.
 STEP_OVERHEAD_CLK = 1800
-#: An ordered dQ (deterministic specs) against the default: each query tile's reductions wait for the KV blocks
-#: dispatched before this one, and for their own completion before the turn passes on. Measured on the H100 with the
-#: turns kept by producer warp 1 and the chains a wave holds interleaved (results/h100/det_ab/v3_chains, 2k-16k):
-#: 0.77-0.84 of the default at hd128, 0.74-0.83 at hd192, 0.83-0.88 at hd256.
-ORDERED_DQ_SLOWDOWN = 1.2
+#: An ordered dQ (deterministic specs) against the default, by head dim: each query tile's reductions wait for the KV
+#: blocks dispatched before this one, and for their own completion before the turn passes on. Measured on the H100
+#: with the turns kept by producer warp 1 and the chains a wave holds interleaved (results/h100/det_ab/v3_chains,
+#: 2k-16k): 0.77-0.84 of the default at hd128, 0.74-0.83 at hd192, 0.83-0.88 at hd256, whence 1.2. hd64's 128-query
+#: steps take a turn per 128 queries and its ordered dQ runs by bulk reductions: on the H200 (results/h200/model_1,
+#: `attngen bench --backward`) its deterministic rows read 0.89 of the default rows' measured / predicted with 1.2,
+#: the other head dims 0.97-1.03; 1.07 gives hd64 the default's.
+ORDERED_DQ_SLOWDOWN: dict[int, float] = {64: 1.07}
+#: ... at every other head dim.
+ORDERED_DQ_SLOWDOWN_OTHER = 1.2
 #: The L2 traffic of the dK/dV kernel's steps that the H100 sustains, in GB/s: each step reads its query tile's Q
 #: and dO (TMA) and adds block_m x head_dim fp32 of dQ into L2. L2 binds on requests more than on bytes, so the rate
 #: depends on how wide dQ's reductions are. With red.global.add.v4.f32 (or TMA bulk reductions, whole lines): hd256
@@ -67,9 +72,9 @@ def step_l2_gbps(t: HopperBwdTiling) -> int:
 
 def plan_cost(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> BwdCost:
     """The preprocess, then the dK/dV kernel at the reference workload: the longer of dkdv_terms' bounds over the
-    waves of one block per SM, ORDERED_DQ_SLOWDOWN for deterministic plans."""
+    waves of one block per SM, ORDERED_DQ_SLOWDOWN (by head dim) for deterministic plans."""
     kv_blocks = -(-REF_SEQLEN // t.block_n) * (REF_HIDDEN // spec.head_dim)
-    ordered = ORDERED_DQ_SLOWDOWN if t.ordered_dq else 1.0
+    ordered = ORDERED_DQ_SLOWDOWN.get(spec.head_dim, ORDERED_DQ_SLOWDOWN_OTHER) if t.ordered_dq else 1.0
     dkdv = max(dkdv_terms(spec, info, t)) / wave_efficiency(info, kv_blocks, 1) * ordered
     return backward_cost(spec, info, [("preprocess", preprocess_us(spec, info)), ("dkdv_wgmma", dkdv)],
                          info.wgmma_flops_per_clk)
