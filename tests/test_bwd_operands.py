@@ -250,6 +250,9 @@ def test_accumulators_start_at_the_row_values() -> None:
     _dkdv_ops(_spec(64, score_mod={"expr": "score * 0.5"}))   # no spill, no serialized wgmma (dP^T's alone: 48 B)
     line = sm90_bwd.Sm90Backward().plan_line(_plan(64))
     assert "accumulators start: S^T's at -LSE and dP^T's at -D" in line
+    step = next(x for x in sm90_bwd.Sm90Backward().explain_lines(_plan(64)) if x.startswith("step: "))
+    assert step.endswith("exps of 8 of 16 query tiles before dP^T's wait; accumulators start: S^T's at -LSE and "
+                         "dP^T's at -D"), step   # explain says how a step runs too
     code = render(_plan(64)).code
     assert "constexpr bool kLseRowsOverScale = true;" in code and "constexpr bool kDRowsNegated = true;" in code
     assert "constexpr bool kDpFromD = true;" in code and "constexpr bool kSFromLse = true;" in code

@@ -331,6 +331,23 @@ def block_m(spec: AttentionSpec, bulk: bool) -> int:
     return BLOCK_M[d]
 
 
+def step_parts(t: HopperBwdTiling) -> list[str]:
+    """How the 64-KV-row consumers run a step (not split, not kv_halves), for plan_line and explain."""
+    parts = [f"dV and dK from {'shared memory' if t.dkv_from_smem else 'registers'}",
+             f"{t.ds_buffers} dS^T tile{'s' if t.ds_buffers > 1 else ''}",
+             f"dK and dV out {'through shared memory' if t.dkv_staged else 'from the fragments'}"]
+    if t.dq_deferred:
+        parts.append("dQ's product a step late" + (", warpgroups staggered" if t.dq_stagger else ""))
+    if t.dv_after_ds:
+        parts.append("dV's product after dS^T's stores")
+    if t.exps_before_dp:
+        parts.append(f"exps of {t.exps_before_dp} of {t.block_m // 8} query tiles before dP^T's wait")
+    starts = [x for x, on in (("S^T's at -LSE", t.s_from_lse), ("dP^T's at -D", t.dp_from_d)) if on]
+    if starts:
+        parts.append(f"accumulators start: {' and '.join(starts)}")
+    return parts
+
+
 def dq_line(t: HopperBwdTiling) -> str:
     """How the 64-KV-row consumers add dQ, for plan_line and explain."""
     order = ", ordered by a semaphore per query tile (deterministic)" if t.ordered_dq else ""
@@ -435,7 +452,8 @@ class Sm90Backward(BackwardFamily):
         layouts = [] if own_layout else [f"shared memory, {line}" for line in layout_lines(plan.spec, info, h)]
         return [f"wgmma dK/dV {h.block_n} KV rows ({h.consumer_wgs} consumer warpgroups, setmaxnreg "
                 f"{h.producer_regs}/{h.consumer_regs}) x {h.block_m} query rows per step, {h.stages} stages, "
-                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}", *layouts,
+                f"{h.smem_bytes} B, ~{h.regs_estimate} registers; {dq}",
+                *([] if own_layout else [f"step: {'; '.join(step_parts(h))}"]), *layouts,
                 f"model: compute {compute:.0f} us, L2 {l2:.0f} us ({step_l2_bytes(plan.spec, h) // 1024} KB per step "
                 f"at {step_l2_gbps(h)} GB/s) at the reference workload: bound by {bound}", order_line(plan)]
 
@@ -445,18 +463,7 @@ class Sm90Backward(BackwardFamily):
         line = (f"dkdv_wgmma {hb.block_n} KV rows x {hb.block_m} queries, {hb.stages} stages, "
                 f"regs {hb.producer_regs}/{hb.consumer_regs}, ")
         if not (hb.split or hb.kv_halves):
-            line += (f"dV and dK from {'shared memory' if hb.dkv_from_smem else 'registers'}, "
-                     f"{hb.ds_buffers} dS^T tile{'s' if hb.ds_buffers > 1 else ''}, "
-                     f"dK and dV out {'through shared memory' if hb.dkv_staged else 'from the fragments'}, ")
-            if hb.dq_deferred:
-                line += "dQ's product a step late" + (", warpgroups staggered" if hb.dq_stagger else "") + ", "
-            if hb.dv_after_ds:
-                line += "dV's product after dS^T's stores, "
-            if hb.exps_before_dp:
-                line += f"exps of {hb.exps_before_dp} of {hb.block_m // 8} query tiles before dP^T's wait, "
-            starts = [x for x, on in (("S^T's at -LSE", hb.s_from_lse), ("dP^T's at -D", hb.dp_from_d)) if on]
-            if starts:
-                line += f"accumulators start: {' and '.join(starts)}, "
+            line += "".join(f"{part}, " for part in step_parts(hb))
         line += (_owner_line(hb, plan.spec.head_dim) if hb.split or hb.kv_halves
                  else f"dQ 64 queries x {hb.dq_cols} columns per warpgroup, " + dq_line(hb))
         if plan.tail_waves:
