@@ -260,7 +260,7 @@ def _row_values(spec: AttentionSpec, block_m: int, words: int) -> dict[str, Any]
     serialized wgmmas under NVRTC 13.0."""
     s_from_lse = S_FROM_LSE and spec.score_mod is None
     dp_from_d = DP_FROM_D and score_grad_is_const(variant_of(spec)) and (block_m <= 64 or s_from_lse)
-    registers = block_m <= 64 or (dp_from_d and s_from_lse)
+    registers = block_m <= 64 or dp_from_d   # at 128 queries dp_from_d holds only with s_from_lse
     return {"dp_from_d": dp_from_d, "s_from_lse": s_from_lse,
             "exps_before_dp": EXPS_BEFORE_DP.get(block_m, 0) if registers and not words else 0}
 
