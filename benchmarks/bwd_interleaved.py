@@ -5,7 +5,7 @@ the ratio of their medians is steadier than two separate runs' (one round of a s
 `attngen bench --backward` (batch 16384 / seqlen, 2048 / head_dim heads). --forward times the forward call instead.
 
     python3 benchmarks/bwd_interleaved.py [--head-dims 64,128] [--seqlens 2048,8192,16384] [--reps 10] [--forward]
-    python3 benchmarks/bwd_interleaved.py --kinds "attngen:sm90_bwd.P_EARLY_BLOCK_M=[],attngen"   (an A/B)
+    python3 benchmarks/bwd_interleaved.py --kinds "attngen:sm90_bwd_rows.DQ_DEFERRED_BLOCK_M=[],attngen"   (an A/B)
     python3 benchmarks/bwd_interleaved.py --deterministic --kinds ...   (attngen's deterministic plans)
     python3 benchmarks/bwd_interleaved.py --forward --kinds "attngen,attngen@warp_specialized/192x128"   (named tiles,
         tile_configs.py; beside constants: attngen:<module>.<CONST>=<literal>@<tiles>)
@@ -37,8 +37,8 @@ from attngen.spec.model import AttentionSpec
 
 @contextlib.contextmanager
 def overrides(kind: str) -> Iterator[None]:
-    """A kind "attngen:sm90_bwd.P_EARLY_BLOCK_M=[]" builds attngen's kernels with those family constants (each value a
-    Python literal, converted to the constant's type), restored afterwards."""
+    """A kind "attngen:sm90_bwd_rows.DQ_DEFERRED_BLOCK_M=[]" builds attngen's kernels with those family constants (each
+    value a Python literal, converted to the constant's type), restored afterwards."""
     _, _, spec = kind.partition(":")
     saved = []
     for item in filter(None, spec.split(";")):

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The sm90 backward's deferred dQ (sm90_bwd.DQ_DEFERRED_BLOCK_M, DQ_STAGGER_BLOCK_M) on the device: the GPU tests
+# The sm90 backward's deferred dQ (sm90_bwd_rows.DQ_DEFERRED_BLOCK_M, DQ_STAGGER_BLOCK_M) on the device: the GPU tests
 # (DD_TESTS, verbose, each test's time; SKIP_TESTS=1 skips them), then an A/B of the planner's choice against main's
 # order (DQ_DEFERRED_BLOCK_M empty) timed alternately in one process (bwd_interleaved.py; DD_KINDS replaces the
 # kinds, fa4 among them when .fa4whl is carried; DD_DETERMINISTIC=1 times attngen's deterministic plans; DD_TIMER is
@@ -19,7 +19,7 @@ fi
 [ -n "$SKIP_AB" ] && exit 0
 timeout "${DD_AB_LIMIT:-300}" python3 benchmarks/bwd_interleaved.py --head-dims "${DD_HEAD_DIMS:-64,128}" \
   --seqlens "${DD_SEQLENS:-2048,8192,16384}" --reps "${DD_REPS:-6}" \
-  --kinds "${DD_KINDS:-attngen:sm90_bwd.DQ_DEFERRED_BLOCK_M=[],attngen}" ${DD_DETERMINISTIC:+--deterministic} \
+  --kinds "${DD_KINDS:-attngen:sm90_bwd_rows.DQ_DEFERRED_BLOCK_M=[],attngen}" ${DD_DETERMINISTIC:+--deterministic} \
   --timer "${DD_TIMER:-sum}" \
   > "$dir/ab.txt" 2>&1
 echo "a/b rc $? after ${SECONDS}s"

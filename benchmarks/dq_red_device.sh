@@ -1,6 +1,6 @@
 #!/bin/bash
 # The sm90 backward's dQ added from registers by red.global.add.v4.f32 into a tile-ordered accumulator (64-KV-row
-# consumers at hd64/128: sm90_bwd.DQ_RED; the head_dim split at hd192/256: sm90_bwd_split.SPLIT_DQ_V4), measured on
+# consumers at hd64/128: sm90_bwd_rows.DQ_RED; the head_dim split at hd192/256: sm90_bwd_split.SPLIT_DQ_V4), measured on
 # the device machine in one call (~540 s at most), from a checkout of this branch with main's code beside it in
 # ab_main/ (here: rm -rf ab_main && mkdir ab_main && git archive main attngen templates | tar -x -C ab_main; carry it
 # if it is ignored):
@@ -18,11 +18,11 @@ SECONDS=0
 gpu_tests 230 "$dir/tests.txt" tests/test_gpu_backward.py tests/test_gpu_varlen.py
 rm -rf /tmp/ab_red2 /tmp/ab_off && mkdir -p /tmp/ab_red2 /tmp/ab_off
 cp -r attngen templates /tmp/ab_red2/ && cp -r attngen templates /tmp/ab_off/
-sed -i 's/^STAGES = {True: 3, False: 3}$/STAGES = {True: 2, False: 2}/' /tmp/ab_red2/attngen/families/sm90_bwd.py
-sed -i 's/^DQ_RED = True$/DQ_RED = False/' /tmp/ab_off/attngen/families/sm90_bwd.py
+sed -i 's/^STAGES = {True: 3, False: 3}$/STAGES = {True: 2, False: 2}/' /tmp/ab_red2/attngen/families/sm90_bwd_rows.py
+sed -i 's/^DQ_RED = True$/DQ_RED = False/' /tmp/ab_off/attngen/families/sm90_bwd_rows.py
 sed -i 's/^SPLIT_DQ_V4 = True$/SPLIT_DQ_V4 = False/' /tmp/ab_off/attngen/families/sm90_bwd_split.py
-grep -q "^STAGES = {True: 2, False: 2}$" /tmp/ab_red2/attngen/families/sm90_bwd.py || { echo "no STAGES switch"; exit 1; }
-grep -q "^DQ_RED = False$" /tmp/ab_off/attngen/families/sm90_bwd.py || { echo "no DQ_RED switch"; exit 1; }
+grep -q "^STAGES = {True: 2, False: 2}$" /tmp/ab_red2/attngen/families/sm90_bwd_rows.py || { echo "no STAGES switch"; exit 1; }
+grep -q "^DQ_RED = False$" /tmp/ab_off/attngen/families/sm90_bwd_rows.py || { echo "no DQ_RED switch"; exit 1; }
 grep -q "^SPLIT_DQ_V4 = False$" /tmp/ab_off/attngen/families/sm90_bwd_split.py || { echo "no SPLIT_DQ_V4 switch"; exit 1; }
 time_variant() {
   case $1 in main) path=$PWD/ab_main ;; red) path=$PWD ;; red2) path=/tmp/ab_red2 ;; off) path=/tmp/ab_off ;; esac

@@ -9,6 +9,6 @@ fa4_peer || exit 1
 SECONDS=0
 gpu_info "$OUT/gpu.txt"
 ab_events hd64 150 --head-dims 64 --seqlens 2048,8192 --reps "${REPS:-5}" \
-  --kinds "attngen,attngen:sm90_bwd.EXPS_BEFORE_DP={64: 4, 128: 2},attngen:sm90_bwd.EXPS_BEFORE_DP={64: 4, 128: 4},attngen:sm90_bwd.EXPS_BEFORE_DP={64: 4, 128: 12},attngen:sm90_bwd.DQ_STAGGER_BLOCK_M=[],fa4"
+  --kinds "attngen,attngen:sm90_bwd_rows.EXPS_BEFORE_DP={64: 4, 128: 2},attngen:sm90_bwd_rows.EXPS_BEFORE_DP={64: 4, 128: 4},attngen:sm90_bwd_rows.EXPS_BEFORE_DP={64: 4, 128: 12},attngen:sm90_bwd_rows.DQ_STAGGER_BLOCK_M=[],fa4"
 ab_events hd128 100 --head-dims 128 --seqlens 2048,8192 --reps "${REPS:-5}" \
-  --kinds "attngen,attngen:sm90_bwd.EXPS_BEFORE_DP={64: 2, 128: 8},attngen:sm90_bwd.EXPS_BEFORE_DP={64: 6, 128: 8},fa4"
+  --kinds "attngen,attngen:sm90_bwd_rows.EXPS_BEFORE_DP={64: 2, 128: 8},attngen:sm90_bwd_rows.EXPS_BEFORE_DP={64: 6, 128: 8},fa4"

@@ -11,4 +11,4 @@ SECONDS=0
 gpu_info "$OUT/gpu.txt"
 gpu_tests "${TEST_LIMIT:-150}" "$OUT/tests.txt" tests/test_gpu_backward.py -k "row_values or dp_from_d"
 ab_events ab 240 --head-dims 64,128 --seqlens 2048,8192,16384 --reps "${REPS:-3}" \
-  --kinds "attngen:sm90_bwd.DP_FROM_D=False;sm90_bwd.S_FROM_LSE=False,attngen:sm90_bwd.EXPS_BEFORE_DP={64: 4, 128: 8},attngen:sm90_bwd.S_FROM_LSE=False;sm90_bwd.EXPS_BEFORE_DP={64: 4, 128: 8},attngen:sm90_bwd.S_FROM_LSE=False;sm90_bwd.EXPS_BEFORE_DP={64: 4, 128: 4},fa4"
+  --kinds "attngen:sm90_bwd_rows.DP_FROM_D=False;sm90_bwd_rows.S_FROM_LSE=False,attngen:sm90_bwd_rows.EXPS_BEFORE_DP={64: 4, 128: 8},attngen:sm90_bwd_rows.S_FROM_LSE=False;sm90_bwd_rows.EXPS_BEFORE_DP={64: 4, 128: 8},attngen:sm90_bwd_rows.S_FROM_LSE=False;sm90_bwd_rows.EXPS_BEFORE_DP={64: 4, 128: 4},fa4"

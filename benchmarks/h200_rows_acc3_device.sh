@@ -11,6 +11,6 @@ gpu_info "$OUT/gpu.txt"
 gpu_tests "${TEST_LIMIT:-200}" "$OUT/tests.txt" tests/test_gpu_backward.py tests/test_gpu_varlen.py \
   -k "row_values or dp_from_d or deterministic_gradients or varlen"
 ab_events ab 200 --head-dims 64,128 --seqlens 2048,8192,16384 --reps "${REPS:-3}" \
-  --kinds "attngen:sm90_bwd.DP_FROM_D=False;sm90_bwd.S_FROM_LSE=False,attngen,attngen:sm90_bwd.DQ_OVERLAP=False,fa4"
+  --kinds "attngen:sm90_bwd_rows.DP_FROM_D=False;sm90_bwd_rows.S_FROM_LSE=False,attngen,attngen:sm90_bwd_rows.DQ_OVERLAP=False,fa4"
 ab_events det 90 --head-dims 64,128 --seqlens 2048,8192 --reps "${REPS:-3}" \
-  --kinds "attngen:sm90_bwd.DP_FROM_D=False;sm90_bwd.S_FROM_LSE=False#deterministic,attngen#deterministic,attngen"
+  --kinds "attngen:sm90_bwd_rows.DP_FROM_D=False;sm90_bwd_rows.S_FROM_LSE=False#deterministic,attngen#deterministic,attngen"

@@ -2,7 +2,7 @@
 --impl fa4, FlashAttention-4's (flash_attn.cute) on the same inputs. The kernels of the last run are listed.
 
     ncu --section SpeedOfLight --section WarpStateStats python benchmarks/profile_one.py --head-dim 128
-    python benchmarks/profile_one.py --backward --impl "attngen:sm90_bwd.DQ_DEFERRED_BLOCK_M=[64]"   (constants
+    python benchmarks/profile_one.py --backward --impl "attngen:sm90_bwd_rows.DQ_DEFERRED_BLOCK_M=[64]"   (constants
     overridden as in bwd_interleaved.py's kinds)
 """
 

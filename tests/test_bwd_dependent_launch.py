@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from attngen.families import sm90_bwd
+from attngen.families import sm90_bwd, sm90_bwd_rows
 from attngen.planning.planner_bwd import backward_family, plan_bwd
 from attngen.spec.model import Arch, AttentionSpec
 from attngen.toolchain import builder as build
@@ -29,7 +29,7 @@ def test_each_kernel_waits_and_the_producer_waits_after_its_first_loads(monkeypa
     and the first Q and dO tiles (UTMALDG), then waits, then copies the row values (UBLKCP: the preprocess's D and
     LSE); dq_convert waits before it reads. With the switch off no kernel has either instruction. (dq_convert's own
     overlap, which waits per (entry, KV head) instead, is off here: test_bwd_dq_overlap.py.)"""
-    monkeypatch.setattr(sm90_bwd, "DQ_OVERLAP", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_OVERLAP", False)
     monkeypatch.setattr(sm90_bwd, "DEPENDENT_LAUNCH", True)
     kernels = _kernels(SPEC)
     assert set(kernels) == {"preprocess", "dkdv_wgmma", "dq_convert"}
@@ -76,7 +76,7 @@ def test_the_ready_backward_launches_its_three_kernels_as_the_plan_says(dependen
     monkeypatch.setattr(PreparedLaunch, "__call__", record)
     monkeypatch.setattr(tma, "tensor_map", lambda key: bytes(128))
     monkeypatch.setattr(sm90_bwd, "DEPENDENT_LAUNCH", dependent)
-    monkeypatch.setattr(sm90_bwd, "DQ_OVERLAP", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_OVERLAP", False)
     plan = plan_bwd(SPEC, Arch.sm90)
 
     def t() -> Any:

@@ -1,6 +1,6 @@
-"""dq_convert under the Hopper dK/dV kernel's last wave (HopperBwdTiling.dq_overlap, sm90_bwd.DQ_OVERLAP): which plans
-take it, what the three kernels do for it (SASS), and how the ready backward launches them. No GPU needed; the GPU
-tier's backward and varlen tests (an entry without keys among them) run it by default."""
+"""dq_convert under the Hopper dK/dV kernel's last wave (HopperBwdTiling.dq_overlap, sm90_bwd_rows.DQ_OVERLAP): which
+plans take it, what the three kernels do for it (SASS), and how the ready backward launches them. No GPU needed; the
+GPU tier's backward and varlen tests (an entry without keys among them) run it by default."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from attngen.families import sm90_bwd
+from attngen.families import sm90_bwd, sm90_bwd_rows
 from attngen.planning.planner_bwd import backward_family, plan_bwd
 from attngen.spec.model import Arch, AttentionSpec
 from attngen.toolchain import builder as build
@@ -39,7 +39,7 @@ def test_plans_whose_dq_is_not_producer_warp_1s_do_not_overlap(spec: AttentionSp
 
 
 def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sm90_bwd, "DQ_OVERLAP", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_OVERLAP", False)
     plan = plan_bwd(_spec(), Arch.sm90)
     assert plan.dkdv_wgmma.dq_bulk and not plan.dkdv_wgmma.dq_overlap
     assert "last wave" not in sm90_bwd.Sm90Backward().plan_line(plan)
@@ -56,7 +56,7 @@ def test_the_dkdv_blocks_release_and_count_and_dq_convert_polls(monkeypatch: pyt
     block's count) than without; dq_convert polls its counter with a pause (NANOSLEEP) before its loads and waits
     for the whole grid (ACQBULK) only after its stores, so that it never completes before the grid it overlaps."""
     on = _opcodes(_spec())
-    monkeypatch.setattr(sm90_bwd, "DQ_OVERLAP", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_OVERLAP", False)
     off = _opcodes(_spec())
     assert TRIGGER in on["dkdv_wgmma"] and TRIGGER not in off["dkdv_wgmma"]
     assert on["dkdv_wgmma"].count("REDG") == off["dkdv_wgmma"].count("REDG") + 1

@@ -1,15 +1,16 @@
 """Where the sm90 backward's dV and dK products read P^T and dS^T (packed registers or shared memory,
-sm90_bwd.DKV_FROM_SMEM_BLOCK_M), how the shared-memory budget is spent on dS^T tiles (sm90_bwd.DS_BUFFERS) and Q/dO
-stages, how dK and dV leave (sm90_bwd.DKV_STAGED), and which tiles issue dQ's product a step late with the warpgroups
-staggered (sm90_bwd.DQ_DEFERRED_BLOCK_M, DQ_STAGGER_BLOCK_M), and how the 64-query step orders its exps and dV's product
-(sm90_bwd.EXPS_BEFORE_DP, DV_AFTER_DS). No GPU needed: plans, rendered code and, for a few, the compiled SASS."""
+sm90_bwd_rows.DKV_FROM_SMEM_BLOCK_M), how the shared-memory budget is spent on dS^T tiles (sm90_bwd_rows.DS_BUFFERS)
+and Q/dO stages, how dK and dV leave (sm90_bwd_rows.DKV_STAGED), and which tiles issue dQ's product a step late with
+the warpgroups staggered (sm90_bwd_rows.DQ_DEFERRED_BLOCK_M, DQ_STAGGER_BLOCK_M), and how the 64-query step orders
+its exps and dV's product (sm90_bwd_rows.EXPS_BEFORE_DP, DV_AFTER_DS). No GPU needed: plans, rendered code and, for a
+few, the compiled SASS."""
 
 from __future__ import annotations
 
 import pytest
 
 from attngen.codegen.renderer import render
-from attngen.families import sm90_bwd
+from attngen.families import sm90_bwd, sm90_bwd_rows
 from attngen.planning.archs import arch_info
 from attngen.planning.ir_bwd import HopperBwdPlan, HopperBwdTiling
 from attngen.planning.planner_bwd import plan_bwd
@@ -58,18 +59,18 @@ def test_ds_tiles_come_before_stages_in_the_budget() -> None:
     assert (t128.stages, t128.ds_buffers, t64.stages, t64.ds_buffers) == (3, 2, 2, 2)
     assert _region(t128, "DS") == 2 * 128 * 64 * 2 and _region(t64, "DS") == 2 * 128 * 128 * 2
     assert t128.smem_bytes <= BUDGET and t64.smem_bytes <= BUDGET
-    three = sm90_bwd._rows_layout(_spec(64), bm=128, stages=3, ds_buffers=2, from_smem=False, dq_cols=64,
+    three = sm90_bwd_rows._rows_layout(_spec(64), bm=128, stages=3, ds_buffers=2, from_smem=False, dq_cols=64,
                                   words=0)
     assert three.total_bytes > BUDGET
 
 
 def test_a_mask_with_holes_keeps_two_stages_and_two_ds_tiles() -> None:
     t = _tiling(128, mask={"expr": "(q_idx // 128) % 2 == (kv_idx // 128) % 2"})
-    assert t.schedule_words > 0 and (t.stages, t.ds_buffers) == (sm90_bwd.MIN_STAGES, 2)
+    assert t.schedule_words > 0 and (t.stages, t.ds_buffers) == (sm90_bwd_rows.MIN_STAGES, 2)
 
 
 def test_one_ds_tile_takes_the_stages_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sm90_bwd, "DS_BUFFERS", 1)
+    monkeypatch.setattr(sm90_bwd_rows, "DS_BUFFERS", 1)
     t128, t64 = _tiling(128), _tiling(64)
     assert (t128.stages, t128.ds_buffers, t64.stages, t64.ds_buffers) == (3, 1, 3, 1)
 
@@ -78,7 +79,7 @@ def test_shared_memory_operands_keep_one_ds_tile_and_a_p_tile(monkeypatch: pytes
     """The SS form (DKV_FROM_SMEM_BLOCK_M = {128}, hd64's former default): P^T beside one dS^T tile (both barriers
     needed: a warpgroup's store may not overwrite what the other's products of the step before still read), dV and dK
     issued before dQ; it still compiles without spills."""
-    monkeypatch.setattr(sm90_bwd, "DKV_FROM_SMEM_BLOCK_M", frozenset({128}))
+    monkeypatch.setattr(sm90_bwd_rows, "DKV_FROM_SMEM_BLOCK_M", frozenset({128}))
     t = _tiling(64)
     assert t.dkv_from_smem and not t.dq_before_dk and t.ds_buffers == 1
     assert _region(t, "P") == _region(t, "DS") == 128 * 128 * 2
@@ -97,7 +98,7 @@ def test_two_ds_tiles_drop_a_named_barrier_a_step(monkeypatch: pytest.MonkeyPatc
         return opcodes(disassemble(cubin.data))
 
     two = counts()
-    monkeypatch.setattr(sm90_bwd, "DS_BUFFERS", 1)
+    monkeypatch.setattr(sm90_bwd_rows, "DS_BUFFERS", 1)
     one = counts()
     assert one["BAR"] == two["BAR"] + 1 and one["HGMMA"] == two["HGMMA"] > 0
 
@@ -115,7 +116,7 @@ def test_dk_and_dv_leave_through_shared_memory(monkeypatch: pytest.MonkeyPatch) 
         return opcodes(disassemble(cubin.data))
 
     staged = counts()
-    monkeypatch.setattr(sm90_bwd, "DKV_STAGED", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DKV_STAGED", False)
     assert not _tiling(128).dkv_staged
     frags = counts()
     assert staged["STG"] < frags["STG"] and staged["STSM"] > frags["STSM"]
@@ -154,10 +155,10 @@ def test_ordered_dq_and_shared_memory_operands_keep_the_barrier(monkeypatch: pyt
     """An ordered dQ (deterministic) keeps its turns in step, and P^T / dS^T from shared memory (one dS^T tile) have no
     second tile to alternate: neither defers; an empty DQ_DEFERRED_BLOCK_M turns it off and the stagger with it."""
     assert not _plan(64, deterministic=True).dkdv_wgmma.dq_deferred
-    monkeypatch.setattr(sm90_bwd, "DKV_FROM_SMEM_BLOCK_M", frozenset({128}))
+    monkeypatch.setattr(sm90_bwd_rows, "DKV_FROM_SMEM_BLOCK_M", frozenset({128}))
     assert not _plan(64).dkdv_wgmma.dq_deferred
-    monkeypatch.setattr(sm90_bwd, "DKV_FROM_SMEM_BLOCK_M", frozenset())
-    monkeypatch.setattr(sm90_bwd, "DQ_DEFERRED_BLOCK_M", frozenset())
+    monkeypatch.setattr(sm90_bwd_rows, "DKV_FROM_SMEM_BLOCK_M", frozenset())
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_DEFERRED_BLOCK_M", frozenset())
     t = _plan(64).dkdv_wgmma
     assert not t.dq_deferred and not t.dq_stagger and _region(t, "Bar") == 8 * (1 + 2 * t.stages)
 
@@ -166,7 +167,7 @@ def test_explain_counts_the_deferral_in_every_layout_it_weighed() -> None:
     """explain's rejected three-stage layout of hd64 includes the deferral's mbarriers as the taken one does."""
     plan = _plan(64)
     lines = [line for line in sm90_bwd.Sm90Backward().explain_lines(plan) if line.startswith("shared memory")]
-    three = sm90_bwd._rows_layout(_spec(64), bm=128, stages=3, ds_buffers=2, from_smem=False, dq_cols=64, words=0,
+    three = sm90_bwd_rows._rows_layout(_spec(64), bm=128, stages=3, ds_buffers=2, from_smem=False, dq_cols=64, words=0,
                                   deferred=True)
     assert lines[0].startswith(f"shared memory, 3 stages x 2 dS^T tiles: {three.total_bytes} B, rejected")
     assert lines[1] == f"shared memory, 2 stages x 2 dS^T tiles: {plan.dkdv_wgmma.smem_bytes} B, taken"
@@ -189,10 +190,10 @@ def test_deferred_kernel_compiles_clean_with_the_last_dq_after_the_loop(monkeypa
     k-steps); the stagger's arrive on named barrier 2 of both consumer warpgroups. Off: neither."""
     deferred, sass = _dkdv_ops(_spec(64, mask=mask))
     assert "BAR.ARV 0x2, 0x100" in sass
-    monkeypatch.setattr(sm90_bwd, "DQ_DEFERRED_BLOCK_M", frozenset())
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_DEFERRED_BLOCK_M", frozenset())
     main, sass_off = _dkdv_ops(_spec(64, mask=mask))
     assert "BAR.ARV 0x2, 0x100" not in sass_off
-    assert deferred.count("HGMMA") == main.count("HGMMA") + sm90_bwd.BLOCK_N // 16
+    assert deferred.count("HGMMA") == main.count("HGMMA") + sm90_bwd_rows.BLOCK_N // 16
     assert deferred.count("SYNCS") > main.count("SYNCS")
 
 
@@ -210,7 +211,7 @@ def test_hd128_splits_its_exps_around_the_dp_wait(monkeypatch: pytest.MonkeyPatc
     values, with dV's product after dS^T's stores; hd64 (deferred, 128 queries) splits 8 of its 16 (test below). In
     the SASS the 32 MUFUs a thread issues per step no longer run back to back (16 at most; 28 or more with
     EXPS_BEFORE_DP empty, as ptxas interleaves an instruction or two, and with the accumulators from the row values
-    off: sm90_bwd.DP_FROM_D, with which ptxas interleaves them even unsplit), with no spill."""
+    off: sm90_bwd_rows.DP_FROM_D, with which ptxas interleaves them even unsplit), with no spill."""
     t128, t64 = _tiling(128, mask=mask), _tiling(64, mask=mask)
     assert (t128.exps_before_dp, t128.dv_after_ds) == (4, True)
     assert (t64.exps_before_dp, t64.dv_after_ds) == (8, False)
@@ -221,23 +222,23 @@ def test_hd128_splits_its_exps_around_the_dp_wait(monkeypatch: pytest.MonkeyPatc
     assert "dV's product after dS^T's stores, exps of 4 of 8 query tiles before dP^T's wait" in line
     assert "constexpr int kExpsBeforeDp = 4;" in render(_plan(128, mask=mask)).code
     split, _ = _dkdv_ops(_spec(128, mask=mask))
-    monkeypatch.setattr(sm90_bwd, "EXPS_BEFORE_DP", {})
-    monkeypatch.setattr(sm90_bwd, "DV_AFTER_DS", False)
+    monkeypatch.setattr(sm90_bwd_rows, "EXPS_BEFORE_DP", {})
+    monkeypatch.setattr(sm90_bwd_rows, "DV_AFTER_DS", False)
     assert (_tiling(128, mask=mask).exps_before_dp, _tiling(128, mask=mask).dv_after_ds) == (0, False)
     assert "constexpr int kExpsBeforeDp = kQTiles;" in render(_plan(128, mask=mask)).code
     unsplit, _ = _dkdv_ops(_spec(128, mask=mask))
-    monkeypatch.setattr(sm90_bwd, "DP_FROM_D", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DP_FROM_D", False)
     whole, _ = _dkdv_ops(_spec(128, mask=mask))
     runs = (_longest_mufu_run(split), _longest_mufu_run(unsplit), _longest_mufu_run(whole))
     assert runs[0] <= 16 and runs[1] <= 16 and runs[2] >= 28, runs
 
 
 def test_accumulators_start_at_the_row_values() -> None:
-    """sm90_bwd.DP_FROM_D: the 64-KV-row consumers' S^T accumulator starts at -LSE / scale_log2 where there is no score
-    mod, dP^T's at -D where the score mod's derivative is one constant; the preprocess writes those row values so. In
-    the SASS of hd64's dK/dV kernel no FADD is left of the dS values' dP - D (128 with it off under the device's NVRTC
-    13.0, 64 under newer ones), with no spill; its exps split 8 of 16 tiles around dP^T's wait, which the registers
-    freed allow only when both start so. hd192 and hd256 keep the subtraction."""
+    """sm90_bwd_rows.DP_FROM_D: the 64-KV-row consumers' S^T accumulator starts at -LSE / scale_log2 where there is no
+    score mod, dP^T's at -D where the score mod's derivative is one constant; the preprocess writes those row values
+    so. In the SASS of hd64's dK/dV kernel no FADD is left of the dS values' dP - D (128 with it off under the device's
+    NVRTC 13.0, 64 under newer ones), with no spill; its exps split 8 of 16 tiles around dP^T's wait, which the
+    registers freed allow only when both start so. hd192 and hd256 keep the subtraction."""
     cases = {None: (True, True), "alibi": (False, True), "softcap": (False, False)}
     for mod, want in cases.items():
         score_mod = {"alibi": {"alibi": "standard"}, "softcap": {"softcap": 20.0}}.get(mod or "")
@@ -261,10 +262,10 @@ def test_accumulators_start_at_the_row_values() -> None:
 
 
 def test_accumulators_off_subtract_after_the_products(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With sm90_bwd.DP_FROM_D off the row values stay as they were (the LSE in log2 units, D) and the dS values
+    """With sm90_bwd_rows.DP_FROM_D off the row values stay as they were (the LSE in log2 units, D) and the dS values
     subtract D after dP^T's product."""
-    monkeypatch.setattr(sm90_bwd, "DP_FROM_D", False)
-    monkeypatch.setattr(sm90_bwd, "S_FROM_LSE", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DP_FROM_D", False)
+    monkeypatch.setattr(sm90_bwd_rows, "S_FROM_LSE", False)
     t = _tiling(64)
     assert (t.s_from_lse, t.dp_from_d, t.exps_before_dp) == (False, False, 0)   # the split spilled without them
     code = render(_plan(64)).code

@@ -1,5 +1,5 @@
 """The sm90 backward's tile-ordered dQ accumulator (HopperBwdTiling.dq_red): its layout arithmetic on the host, the
-planner's switches (sm90_bwd.DQ_RED, sm90_bwd_split.SPLIT_DQ_V4) and what they render. No GPU needed."""
+planner's switches (sm90_bwd_rows.DQ_RED, sm90_bwd_split.SPLIT_DQ_V4) and what they render. No GPU needed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attngen.codegen.renderer import render
-from attngen.families import sm90_bwd, sm90_bwd_split
+from attngen.families import sm90_bwd, sm90_bwd_rows, sm90_bwd_split
 from attngen.families import sm90_dq_tiles as tiles
 from attngen.planning.ir_bwd import HopperBwdPlan
 from attngen.planning.planner_bwd import plan_bwd
@@ -62,12 +62,12 @@ def test_transposed_boxes_are_a_permutation_in_fragment_order() -> None:
 
 @pytest.fixture
 def q80(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The 80-query steps of unmasked hd128 (off by default: measured no faster, sm90_bwd.BLOCK_M_UNMASKED)."""
-    monkeypatch.setattr(sm90_bwd, "BLOCK_M_UNMASKED", {128: 80})
+    """The 80-query steps of unmasked hd128 (off by default: measured no faster, sm90_bwd_rows.BLOCK_M_UNMASKED)."""
+    monkeypatch.setattr(sm90_bwd_rows, "BLOCK_M_UNMASKED", {128: 80})
 
 
 def test_80_query_steps_are_off_by_default() -> None:
-    assert sm90_bwd.BLOCK_M_UNMASKED == {} and _plan(128).dkdv_wgmma.block_m == 64
+    assert sm90_bwd_rows.BLOCK_M_UNMASKED == {} and _plan(128).dkdv_wgmma.block_m == 64
 
 
 def test_unmasked_hd128_takes_80_query_steps_with_a_transposed_dq(q80: None) -> None:
@@ -187,7 +187,7 @@ def test_buffers_refuse_a_tiled_accumulator_without_padded_rows() -> None:
 
 def test_dq_red_switch_keeps_mains_staged_path(monkeypatch: pytest.MonkeyPatch) -> None:
     red = _plan(128)
-    monkeypatch.setattr(sm90_bwd, "DQ_RED", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_RED", False)
     staged = _plan(128)
     assert (red.dkdv_wgmma.dq_red, red.dkdv_wgmma.dq_bulk, red.dkdv_wgmma.stages) == (True, True, 3)
     assert (staged.dkdv_wgmma.dq_red, staged.dkdv_wgmma.dq_bulk, staged.dkdv_wgmma.stages) == (False, False, 3)
@@ -205,7 +205,7 @@ def test_dq_bulk_stages_fragments_for_one_bulk_reduction_a_box(monkeypatch: pyte
     from attngen.toolchain.sass import disassemble, opcodes
 
     bulk = _plan(128)
-    monkeypatch.setattr(sm90_bwd, "DQ_BULK", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_BULK", False)
     red = _plan(128)
     b, r = bulk.dkdv_wgmma, red.dkdv_wgmma
     assert (b.dq_red, b.dq_bulk, b.stages) == (True, True, 3) and (r.dq_red, r.dq_bulk, r.stages) == (True, False, 3)
@@ -235,7 +235,7 @@ def test_split_dq_v4_switch_keeps_mains_v2_path(monkeypatch: pytest.MonkeyPatch)
 def test_the_switches_are_sed_able() -> None:
     """benchmarks/dq_red_device.sh seds these lines to time the other settings."""
     families = Path(sm90_bwd.__file__).parent
-    rows, split = (families / "sm90_bwd.py").read_text(), (families / "sm90_bwd_split.py").read_text()
+    rows, split = (families / "sm90_bwd_rows.py").read_text(), (families / "sm90_bwd_split.py").read_text()
     assert re.search(r"^DQ_RED = True$", rows, re.M) and re.search(r"^STAGES = \{True: 3, False: 3\}$", rows, re.M)
     assert re.search(r"^SPLIT_DQ_V4 = True$", split, re.M)
     script = (Path(__file__).parents[1] / "benchmarks" / "dq_red_device.sh").read_text()
@@ -250,9 +250,9 @@ def test_ordered_dq_takes_the_bulk_path_only_with_its_switch(monkeypatch: pytest
     t = det.dkdv_wgmma
     assert t.ordered_dq and t.dq_red and t.dq_bulk and not t.dq_overlap
     assert "kOrderedDq = true" in render(det).code and det.entry_names[-1].endswith("_dq_convert")
-    monkeypatch.setattr(sm90_bwd, "DQ_BULK", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_BULK", False)
     assert not _plan(64, deterministic=True).dkdv_wgmma.dq_red, "never from registers"
-    monkeypatch.setattr(sm90_bwd, "DQ_BULK", True)
-    monkeypatch.setattr(sm90_bwd, "ORDERED_DQ_BULK", False)
+    monkeypatch.setattr(sm90_bwd_rows, "DQ_BULK", True)
+    monkeypatch.setattr(sm90_bwd_rows, "ORDERED_DQ_BULK", False)
     row_major = _plan(64, deterministic=True)
     assert row_major.dkdv_wgmma.ordered_dq and not row_major.dkdv_wgmma.dq_red and len(row_major.entry_names) == 2

@@ -218,7 +218,7 @@ def test_each_backward_family_renders_only_the_kernels_it_launches() -> None:
     wgmma, mma = render(plan_bwd(spec, Arch.sm90)), render(plan_bwd(spec, Arch.sm80))
     assert wgmma.plan.family == "sm90_bwd" and mma.plan.family == "sm80_bwd"
     # causal, unmasked and deterministic: dQ by bulk reductions into the tile-ordered accumulator, then dq_convert
-    # (sm90_bwd.dq_red_serves)
+    # (sm90_bwd_rows.dq_red_serves)
     assert [e.rsplit("multistage_", 1)[1] for e in wgmma.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
     red = render(plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none"), Arch.sm90))
     assert [e.rsplit("multistage_", 1)[1] for e in red.entry_names] == ["preprocess", "dkdv_wgmma", "dq_convert"]
@@ -249,7 +249,7 @@ def test_generic_backward_code_never_asks_which_family_it_holds(path: str) -> No
 
 def test_backward_modules_reach_into_no_forward_module() -> None:
     """Shared planning facts come from planning/shared.py; the launcher's arch from runtime/device.py."""
-    for path in ("families/sm80_bwd.py", "families/sm90_bwd.py", "planning/planner_bwd.py", "runtime/backward.py"):
+    for path in ("families/sm80_bwd.py", "families/sm90_bwd.py", "families/sm90_bwd_rows.py", "planning/planner_bwd.py", "runtime/backward.py"):
         tree = ast.parse((PACKAGE / path).read_text())
         modules = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         bad = [m for m in modules if m.endswith(("planning.planner", "sm80_fwd", "sm90_fwd", "kernel"))]

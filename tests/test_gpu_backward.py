@@ -157,11 +157,11 @@ def test_80_query_steps_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch,
     """sm90_bwd's 80-query steps of unmasked hd128 (off by default: measured no faster) stay exact: dQ's transposed
     product, its boxes in the tile-ordered accumulator and dq_convert's mapping of them, 80-row TMA boxes and padded
     row values, lengths off every multiple of 80, GQA."""
-    from attngen.families import sm90_bwd
+    from attngen.families import sm90_bwd_rows
 
     if attngen.runtime.kernel.current_arch().value != "sm90":
         pytest.skip("the wgmma backward runs on sm90")
-    monkeypatch.setattr(sm90_bwd, "BLOCK_M_UNMASKED", {128: 80})
+    monkeypatch.setattr(sm90_bwd_rows, "BLOCK_M_UNMASKED", {128: 80})
     spec = AttentionSpec(name=f"q80_{dtype}", head_dim=128, dtype=dtype, mask="none")
     assert _kernel(spec).backward.cubin(attngen.runtime.kernel.current_arch()).source.plan.dkdv_wgmma.block_m == 80
     for i, shape in enumerate([(2, 1, 1, 2, 2), (1, 79, 81, 8, 1), (1, 1000, 1000, 4, 2), (1, 257, 1000, 4, 2),
@@ -378,13 +378,13 @@ def test_split_dv_issued_early_gives_the_same_gradients(monkeypatch: pytest.Monk
 @pytest.mark.parametrize(("mask", "head_dim"), [("none", 128), ("causal", 128), ("sliding_window", 128)])
 def test_kept_ds_store_addresses_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                          head_dim: int) -> None:
-    """The dS^T stores' addresses kept across the steps (sm90_bwd.DS_OFFSETS_KEPT) give dK and dV bitwise equal to
+    """The dS^T stores' addresses kept across the steps (sm90_bwd_rows.DS_OFFSETS_KEPT) give dK and dV bitwise equal to
     the recomputed ones' (the same stores), dQ within rounding (the order of its fp32 additions varies), and exact
     gradients."""
-    from attngen.families import sm90_bwd
+    from attngen.families import sm90_bwd_rows
 
     spec = _builds_agree(
-        monkeypatch, sm90_bwd, lambda kept: {"DS_OFFSETS_KEPT": kept},
+        monkeypatch, sm90_bwd_rows, lambda kept: {"DS_OFFSETS_KEPT": kept},
         lambda kept: AttentionSpec(name=f"ds_at{int(kept)}_{mask}{head_dim}", head_dim=head_dim, dtype="bf16",
                                    mask=mask, **({"window": (200, 0)} if mask == "sliding_window" else {})),
         lambda t, kept: not t.split and not t.kv_halves and t.block_m == 64, 1200, "close")
@@ -394,16 +394,16 @@ def test_kept_ds_store_addresses_give_the_same_gradients(monkeypatch: pytest.Mon
 @pytest.mark.parametrize(("mask", "head_dim"), [("none", 64), ("causal", 64), ("none", 128), ("sliding_window", 128)])
 def test_ds_store_addresses_by_xor_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                            head_dim: int) -> None:
-    """The kept dS^T store addresses in one register, each k-step's an XOR of it (sm90_bwd.DS_OFFSETS_XOR), give dK
+    """The kept dS^T store addresses in one register, each k-step's an XOR of it (sm90_bwd_rows.DS_OFFSETS_XOR), give dK
     and dV bitwise equal to the other form's (hd128: a register a k-step; hd64: recomputed every step), dQ within
     rounding, and exact gradients: an address off by a chunk would show in dK."""
-    from attngen.families import sm90_bwd
+    from attngen.families import sm90_bwd_rows
 
     spec = _builds_agree(
-        monkeypatch, sm90_bwd, lambda xor: {"DS_OFFSETS_XOR": xor},
+        monkeypatch, sm90_bwd_rows, lambda xor: {"DS_OFFSETS_XOR": xor},
         lambda xor: AttentionSpec(name=f"ds_xor{int(xor)}_{mask}{head_dim}", head_dim=head_dim, dtype="bf16",
                                   mask=mask, **({"window": (200, 0)} if mask == "sliding_window" else {})),
-        lambda t, xor: not t.split and not t.kv_halves and sm90_bwd.ds_offsets_xor(t) == xor, 1300, "close")
+        lambda t, xor: not t.split and not t.kv_halves and sm90_bwd_rows.ds_offsets_xor(t) == xor, 1300, "close")
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=7))
 
 
@@ -413,14 +413,14 @@ def test_ds_store_addresses_by_xor_give_the_same_gradients(monkeypatch: pytest.M
                           ("causal", 64, {"deterministic": True})])
 def test_accumulators_from_the_row_values_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                                   head_dim: int, extra: dict[str, Any]) -> None:
-    """S^T's and dP^T's accumulators starting at -LSE / scale_log2 and -D (sm90_bwd.DP_FROM_D, S_FROM_LSE; the
+    """S^T's and dP^T's accumulators starting at -LSE / scale_log2 and -D (sm90_bwd_rows.DP_FROM_D, S_FROM_LSE; the
     preprocess writes the row values so), with hd64's exps split around dP^T's wait, give gradients within rounding of
     the kernels that subtract them after the products, and exact against float64: a row value in the wrong column or
     left unscaled would not."""
-    from attngen.families import sm90_bwd
+    from attngen.families import sm90_bwd_rows
 
     spec = _builds_agree(
-        monkeypatch, sm90_bwd, lambda on: {"DP_FROM_D": on, "S_FROM_LSE": on},
+        monkeypatch, sm90_bwd_rows, lambda on: {"DP_FROM_D": on, "S_FROM_LSE": on},
         lambda on: AttentionSpec(name=f"rows_acc{int(on)}_{mask}{head_dim}{int(bool(extra))}", head_dim=head_dim,
                                  dtype="bf16", mask=mask, **extra),
         lambda t, on: t.s_from_lse == on and t.dp_from_d == on, 1400, "close", dkdv="close")
@@ -432,10 +432,10 @@ def test_dp_from_d_under_a_constant_score_mod_derivative(monkeypatch: pytest.Mon
                                                           score_mod: dict[str, Any]) -> None:
     """Under a score mod whose derivative is one constant (1 for ALiBi, 0.5 here) dP^T's accumulator starts at -D while
     S^T's does not (the score mod needs the raw score): gradients within rounding of the build without it."""
-    from attngen.families import sm90_bwd
+    from attngen.families import sm90_bwd_rows
 
     _builds_agree(
-        monkeypatch, sm90_bwd, lambda on: {"DP_FROM_D": on},
+        monkeypatch, sm90_bwd_rows, lambda on: {"DP_FROM_D": on},
         lambda on: AttentionSpec(name=f"dp_d{int(on)}_{len(score_mod)}{next(iter(score_mod))}", head_dim=128,
                                  dtype="bf16", mask="causal", score_mod=score_mod),
         lambda t, on: not t.s_from_lse and t.dp_from_d == on, 1500, "close", dkdv="close")
@@ -444,13 +444,14 @@ def test_dp_from_d_under_a_constant_score_mod_derivative(monkeypatch: pytest.Mon
 @pytest.mark.parametrize(("mask", "head_dim"), [("none", 64), ("causal", 128), ("none", 128)])
 def test_ordered_dq_by_bulk_reductions_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
                                                                 head_dim: int) -> None:
-    """A deterministic dQ bulk-reduced into the tile-ordered accumulator in each tile's turn (sm90_bwd.ORDERED_DQ_BULK)
-    gives dK and dV bitwise equal to the row-major accumulator's tensor-map reductions in the same turns, dQ within
-    rounding of it (dq_convert scales where the host did), and exact gradients; two runs give the same bits."""
-    from attngen.families import sm90_bwd
+    """A deterministic dQ bulk-reduced into the tile-ordered accumulator in each tile's turn
+    (sm90_bwd_rows.ORDERED_DQ_BULK) gives dK and dV bitwise equal to the row-major accumulator's tensor-map reductions
+    in the same turns, dQ within rounding of it (dq_convert scales where the host did), and exact gradients; two runs
+    give the same bits."""
+    from attngen.families import sm90_bwd_rows
 
     spec = _builds_agree(
-        monkeypatch, sm90_bwd, lambda bulk: {"ORDERED_DQ_BULK": bulk},
+        monkeypatch, sm90_bwd_rows, lambda bulk: {"ORDERED_DQ_BULK": bulk},
         lambda bulk: AttentionSpec(name=f"ordered_bulk{int(bulk)}_{mask}{head_dim}", head_dim=head_dim, dtype="bf16",
                                    mask=mask, deterministic=True),
         lambda t, bulk: t.ordered_dq and t.dq_bulk == bulk and not t.dq_overlap, 1100, "close",

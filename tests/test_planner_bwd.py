@@ -6,7 +6,7 @@ import pytest
 
 from attngen.catalogue import load_catalogue
 from attngen.errors import PlanError
-from attngen.families import sm90_bwd
+from attngen.families import sm90_bwd_rows
 from attngen.families.sm80_bwd import Sm80Backward, atomic_dq_cols, dkdv_registers, dkdv_smem, dq_smem
 from attngen.families.sm90_bwd_halves import staged_dq
 from attngen.families.sm90_bwd_split import staged_split
@@ -116,7 +116,7 @@ def test_hopper_backward_serves_sm90_hd128_deterministic_or_not(monkeypatch: pyt
     # tiles and registers either way.
     assert det.dkdv_wgmma.dq_red and det.dkdv_wgmma.dq_bulk and not det.dkdv_wgmma.dq_overlap
     assert len(det.entry_names) == 3 and det.dkdv_wgmma.stages == 3
-    monkeypatch.setattr(sm90_bwd, "ORDERED_DQ_BULK", False)
+    monkeypatch.setattr(sm90_bwd_rows, "ORDERED_DQ_BULK", False)
     row_major = plan_bwd(AttentionSpec(head_dim=128, dtype="bf16", mask="none", deterministic=True), "sm90")
     assert isinstance(row_major, HopperBwdPlan) and len(row_major.entry_names) == 2
     assert not row_major.dkdv_wgmma.dq_red and row_major.dkdv_wgmma.stages == 3

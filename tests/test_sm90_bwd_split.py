@@ -165,10 +165,10 @@ def test_deterministic_hd128_orders_its_dq_reductions(monkeypatch: pytest.Monkey
     the tile-ordered accumulator as the default's (ORDERED_DQ_BULK: UBLKRED, no tensor-map reduction), else tensor-map
     reductions into the row-major one. The default has no semaphore (its only REDG and poll count the block for
     dq_convert's overlap)."""
-    from attngen.families import sm90_bwd
+    from attngen.families import sm90_bwd_rows
     from attngen.toolchain.sass import disassemble, opcodes
 
-    monkeypatch.setattr(sm90_bwd, "ORDERED_DQ_BULK", bulk)
+    monkeypatch.setattr(sm90_bwd_rows, "ORDERED_DQ_BULK", bulk)
     spec = AttentionSpec(head_dim=128, dtype="bf16", mask="none")
     ordered = build.build_bwd(spec.model_copy(update={"deterministic": True, "name": f"ordered{int(bulk)}"}), "sm90")
     default = build.build_bwd(spec, "sm90")
@@ -394,13 +394,13 @@ def test_the_ds_store_addresses_are_kept_across_the_steps(monkeypatch: pytest.Mo
     shorter than with ptxas recomputing the swizzle every step; no spill, nothing serialized. In the XOR form
     (DS_OFFSETS_XOR) one register at every step size, hd64's 128-query steps included; without it one register a
     k-step, at 64-query steps only (DS_OFFSETS_KEPT_BLOCK_M: hd64 spilled 4 B so)."""
-    from attngen.families import sm90_bwd
+    from attngen.families import sm90_bwd_rows
     from attngen.toolchain.sass import disassemble
 
     loops = {}
     for kept, xor in ((False, False), (True, False), (True, True)):
-        monkeypatch.setattr(sm90_bwd, "DS_OFFSETS_KEPT", kept)
-        monkeypatch.setattr(sm90_bwd, "DS_OFFSETS_XOR", xor)
+        monkeypatch.setattr(sm90_bwd_rows, "DS_OFFSETS_KEPT", kept)
+        monkeypatch.setattr(sm90_bwd_rows, "DS_OFFSETS_XOR", xor)
         spec = AttentionSpec(name=f"ds_at{int(kept)}{int(xor)}_{head_dim}", head_dim=head_dim, dtype="bf16",
                              mask="none")
         cubin = build.build_bwd(spec, "sm90")
@@ -412,9 +412,9 @@ def test_the_ds_store_addresses_are_kept_across_the_steps(monkeypatch: pytest.Mo
     assert loops[(True, True)] < loops[(False, False)], loops
     if head_dim == 128:
         assert loops[(True, False)] < loops[(False, False)], loops
-    monkeypatch.setattr(sm90_bwd, "DS_OFFSETS_KEPT", True)
+    monkeypatch.setattr(sm90_bwd_rows, "DS_OFFSETS_KEPT", True)
     document = {"expr": "doc[b, q_idx] == doc[b, kv_idx] and kv_idx <= q_idx",
                 "tensors": {"doc": {"dtype": "int32", "shape": ["batch", "seqlen_q"]}}}
     holes = plan_bwd(AttentionSpec(name="ds_at_doc", head_dim=head_dim, dtype="bf16", mask=document), Arch.sm90)
-    assert holes.dkdv_wgmma.schedule_words and not sm90_bwd.ds_offsets_kept(holes.dkdv_wgmma)
+    assert holes.dkdv_wgmma.schedule_words and not sm90_bwd_rows.ds_offsets_kept(holes.dkdv_wgmma)
 
