@@ -249,7 +249,8 @@ def test_generic_backward_code_never_asks_which_family_it_holds(path: str) -> No
 
 def test_backward_modules_reach_into_no_forward_module() -> None:
     """Shared planning facts come from planning/shared.py; the launcher's arch from runtime/device.py."""
-    for path in ("families/sm80_bwd.py", "families/sm90_bwd.py", "families/sm90_bwd_rows.py", "planning/planner_bwd.py", "runtime/backward.py"):
+    for path in ("families/sm80_bwd.py", "families/sm90_bwd.py", "families/sm90_bwd_rows.py", "planning/planner_bwd.py",
+                 "runtime/backward.py"):
         tree = ast.parse((PACKAGE / path).read_text())
         modules = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         bad = [m for m in modules if m.endswith(("planning.planner", "sm80_fwd", "sm90_fwd", "kernel"))]
