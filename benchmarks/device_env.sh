@@ -18,11 +18,18 @@ export PYTHONUNBUFFERED=1 ATTNGEN_CACHE_DIR=${ATTNGEN_CACHE_DIR:-/tmp/attngen-ca
 
 # gpu_tests LIMIT_S LOG TEST_FILE...: the GPU tier of the test files under a time limit (a hang shows as the
 # timeout), its output into LOG with the exit code and the seconds since the script began appended; the tail shown.
+# The tests run in GPU_TEST_WORKERS processes (default 4; 0: one process) through pytest-xdist, which the device image
+# has: most of a serial run is NVRTC compiling one kernel at a time (16 cores there), and the processes share the
+# kernel cache (ATTNGEN_CACHE_DIR; its entries are locked per key). A worker that dies (a CUDA fault) is reported
+# and replaced instead of ending the run.
 gpu_tests() {
-  local limit=$1 log=$2
+  local limit=$1 log=$2 workers=()
   shift 2
-  timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "$@" > "$log" 2>&1
-  echo "tests rc $? after ${SECONDS}s" >> "$log"
+  if [ "${GPU_TEST_WORKERS:-4}" != 0 ] && command python3 -c "import xdist" 2>/dev/null; then
+    workers=(-n "${GPU_TEST_WORKERS:-4}")
+  fi
+  timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "${workers[@]}" "$@" > "$log" 2>&1
+  echo "tests rc $? after ${SECONDS}s (${workers[*]:-one process})" >> "$log"
   tail -4 "$log"
 }
 
