@@ -123,7 +123,7 @@ def run(head_dim: int, seqlen: int, causal: bool, out: Path) -> None:
     import attngen
     from attngen.bench.measure import kernel_times_us, make_inputs
     from attngen.bench.model import Config
-    from attngen.families.sm90_bwd import BLOCK_N
+    from attngen.families.sm90_bwd_rows import BLOCK_N
     from attngen.spec.model import AttentionSpec
 
     spec = AttentionSpec(head_dim=head_dim, dtype="bf16", mask="causal" if causal else "none")
