@@ -1,0 +1,200 @@
+"""The static schedule of a kernel's main loop, from its SASS control codes (no GPU): for the sm90 dK/dV kernels,
+what one query step issues on its common path and the fixed stalls ptxas put between the instructions.
+
+Each sm_90 instruction's upper word carries its control code: the cycles to stall before the next instruction may
+issue (4 bits), a yield bit, the scoreboards it sets and waits on. The sum of the stalls along a path is its issue
+time without any variable-latency wait (shared loads, wgmma, barriers); the stalls in front of MUFU.EX2 are the
+fixed-latency waits Nsight Compute counts as `wait` on the exps (NOTES: ncu_peer_hd64_2k).
+
+The loop is the kernel's longest backward branch. Its paths run from the loop's head to that branch; branches that
+leave the loop for an out-of-line retry (an mbarrier try_wait's) are taken as not taken. The common path is the path
+of fewest stall cycles among those that issue every exp of a step (a masked step's zeroing makes its path longer).
+
+    python3 benchmarks/sass_schedule.py --head-dims 64,128 [--mask none] [--kinds "attngen,attngen:MOD.CONST=value"]
+    bash benchmarks/nvrtc_device_check.sh python3 benchmarks/sass_schedule.py ...   (the device's NVRTC 13.0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+_LOW = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*/\* (0x[0-9a-f]{16}) \*/\s*$")
+_HIGH = re.compile(r"^\s+/\* (0x[0-9a-f]{16}) \*/\s*$")
+_TARGET = re.compile(r"\bBRA(?:\.[A-Z]+)*\s+(?:!?U?P\w+,\s*)?(?:`\()?(0x[0-9a-f]+)")
+_GUARD = re.compile(r"^@!?U?P\w+\s+")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    addr: int
+    text: str
+    stall: int  # cycles before the next instruction may issue
+    yield_: bool
+    wait_mask: int  # scoreboards waited on
+
+    @property
+    def opcode(self) -> str:
+        return _GUARD.sub("", self.text).split()[0]
+
+    @property
+    def guarded(self) -> bool:
+        return bool(_GUARD.match(self.text))
+
+
+def instructions(sass: str, entry_suffix: str) -> list[Instruction]:
+    """The instructions of the kernel whose name ends with `entry_suffix`, with their control codes."""
+    out: list[Instruction] = []
+    inside, low = False, None
+    for line in sass.splitlines():
+        if "Function :" in line:
+            inside = line.strip().endswith(entry_suffix)
+            continue
+        if not inside:
+            continue
+        if m := _LOW.match(line):
+            low = (int(m.group(1), 16), m.group(2))
+        elif (m := _HIGH.match(line)) and low is not None:
+            ctrl = (int(m.group(1), 16) >> 41) & 0x7FFFFF
+            out.append(Instruction(low[0], low[1], ctrl & 0xF, bool(ctrl >> 4 & 1), ctrl >> 11 & 0x3F))
+            low = None
+    return out
+
+
+def main_loop(ins: list[Instruction]) -> list[Instruction]:
+    """The instructions from the head of the longest guarded backward branch's loop to that branch (an unguarded one
+    is an out-of-line retry's way back)."""
+    index = {x.addr: i for i, x in enumerate(ins)}
+    spans = []
+    for i, x in enumerate(ins):
+        if x.guarded and x.opcode.startswith("BRA") and (m := _TARGET.search(x.text)):
+            target = int(m.group(1), 16)
+            if target < x.addr and target in index:
+                spans.append((i - index[target], index[target], i))
+    if not spans:
+        raise ValueError("no backward branch: no loop")
+    _, head, tail = max(spans)
+    return ins[head:tail + 1]
+
+
+@dataclass(frozen=True)
+class Path_:
+    instructions: int
+    stalls: int
+    mufu: int
+    mufu_waits: int  # stall cycles in front of MUFUs (beyond the one-cycle issue)
+    by_opcode: tuple[tuple[str, int], ...]  # stall cycles after each opcode family, most first
+
+
+def _blocks(loop: list[Instruction]) -> tuple[list[tuple[int, int]], dict[int, list[int]]]:
+    """Basic blocks [start, end) of the loop and each block's successors inside it (by block index; the loop's last
+    block, which ends with the backward branch, has none)."""
+    index = {x.addr: i for i, x in enumerate(loop)}
+    leaders = {0}
+    for i, x in enumerate(loop[:-1]):
+        if x.opcode.startswith(("BRA", "EXIT")):
+            leaders.add(i + 1)
+            if (m := _TARGET.search(x.text)) and int(m.group(1), 16) in index:
+                leaders.add(index[int(m.group(1), 16)])
+    starts = sorted(leaders)
+    blocks = list(zip(starts, starts[1:] + [len(loop)], strict=True))
+    of = {s: b for b, (s, _) in enumerate(blocks)}
+    succ: dict[int, list[int]] = {}
+    for b, (_, end) in enumerate(blocks):
+        last = loop[end - 1]
+        nxt: list[int] = []
+        if b == len(blocks) - 1:
+            succ[b] = nxt
+            continue
+        target = _TARGET.search(last.text) if last.opcode.startswith("BRA") else None
+        inside = target is not None and int(target.group(1), 16) in index
+        if inside and target is not None and index[int(target.group(1), 16)] > end - 1:
+            nxt.append(of[index[int(target.group(1), 16)]])
+        if not (last.opcode.startswith(("BRA", "EXIT")) and not last.guarded):
+            nxt.append(b + 1)  # falls through (a guarded branch out of the loop: a retry, taken as not taken)
+        succ[b] = nxt
+    return blocks, succ
+
+
+def common_path(loop: list[Instruction], mufu_per_step: int) -> Path_:
+    """The path of fewest stall cycles from the loop's head to its backward branch that issues `mufu_per_step` MUFUs."""
+    blocks, succ = _blocks(loop)
+    best: dict[tuple[int, int], tuple[int, list[int]]] = {(0, 0): (0, [])}
+    found: list[tuple[int, list[int]]] = []
+    for b in range(len(blocks)):  # forward edges only: blocks in address order are topologically ordered
+        start, end = blocks[b]
+        cost = sum(x.stall for x in loop[start:end])
+        mufu = sum(x.opcode.startswith("MUFU") for x in loop[start:end])
+        for (bb, m), (c, path) in list(best.items()):
+            if bb != b:
+                continue
+            total, count = c + cost, m + mufu
+            if b == len(blocks) - 1:
+                if count >= mufu_per_step:
+                    found.append((total, [*path, b]))
+                continue
+            for n in succ[b]:
+                key = (n, count)
+                if key not in best or best[key][0] > total:
+                    best[key] = (total, [*path, b])
+    if not found:
+        raise ValueError(f"no path of the loop issues {mufu_per_step} MUFUs")
+    _, path = min(found, key=lambda f: f[0])
+    seq = [x for b in path for x in loop[blocks[b][0]:blocks[b][1]]]
+    by_op: Counter[str] = Counter()
+    for x in seq:
+        by_op[x.opcode.split(".")[0]] += x.stall
+    waits = sum(seq[i - 1].stall - 1 for i in range(1, len(seq)) if seq[i].opcode.startswith("MUFU"))
+    return Path_(len(seq), sum(x.stall for x in seq), sum(x.opcode.startswith("MUFU") for x in seq), waits,
+                 tuple(by_op.most_common(6)))
+
+
+def step_schedule(spec: object, kind: str = "attngen") -> Path_:
+    """The common path of `spec`'s sm90 dK/dV kernel's query step, built under `kind`'s constants."""
+    from bwd_interleaved import overrides
+
+    from attngen.planning.planner_bwd import plan_bwd
+    from attngen.toolchain.builder import build_bwd
+    from attngen.toolchain.sass import disassemble
+
+    with overrides(kind):
+        plan = plan_bwd(spec, "sm90")  # type: ignore[arg-type]
+        cubin = build_bwd(spec, "sm90")  # type: ignore[arg-type]
+    t = plan.dkdv_wgmma
+    exps = t.block_m * (t.block_n // t.consumer_wgs) // 128  # per thread per step
+    loop = main_loop(instructions(disassemble(cubin.data), "_dkdv_wgmma"))
+    return common_path(loop, exps)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--masks", default="none,causal")
+    ap.add_argument("--kinds", default="attngen", help="as bwd_interleaved.py's attngen kinds, comma separated")
+    args = ap.parse_args()
+    import os
+    import tempfile
+
+    os.environ.setdefault("ATTNGEN_CACHE_DIR", tempfile.mkdtemp(prefix="sass-schedule-"))
+    from attngen.spec.model import AttentionSpec
+    from attngen.toolchain.compiler import nvrtc_version
+
+    print(f"NVRTC {nvrtc_version()}; the common path of one query step of the dK/dV kernel (one consumer thread)")
+    for d in map(int, args.head_dims.split(",")):
+        for mask in args.masks.split(","):
+            for i, kind in enumerate(args.kinds.split(",")):
+                spec = AttentionSpec(name=f"sched{i}_{mask}{d}", head_dim=d, dtype="bf16", mask=mask)
+                p = step_schedule(spec, kind)
+                ops = ", ".join(f"{o} {c}" for o, c in p.by_opcode)
+                print(f"hd{d} {mask:6s} {kind}: {p.instructions} instructions, {p.stalls} stall cycles, {p.mufu} MUFU "
+                      f"with {p.mufu_waits} cycles of waits in front; stalls after {ops}")
+
+
+if __name__ == "__main__":
+    main()
