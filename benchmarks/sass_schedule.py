@@ -122,8 +122,9 @@ def _blocks(loop: list[Instruction]) -> tuple[list[tuple[int, int]], dict[int, l
     return blocks, succ
 
 
-def common_path(loop: list[Instruction], mufu_per_step: int) -> Path_:
-    """The path of fewest stall cycles from the loop's head to its backward branch that issues `mufu_per_step` MUFUs."""
+def common_path(loop: list[Instruction], mufu_per_step: int | None = None) -> Path_:
+    """The path of fewest stall cycles from the loop's head to its backward branch that issues `mufu_per_step` MUFUs
+    (None: as many as any path issues)."""
     blocks, succ = _blocks(loop)
     best: dict[tuple[int, int], tuple[int, list[int]]] = {(0, 0): (0, [])}
     found: list[tuple[int, list[int]]] = []
@@ -136,7 +137,7 @@ def common_path(loop: list[Instruction], mufu_per_step: int) -> Path_:
                 continue
             total, count = c + cost, m + mufu
             if b == len(blocks) - 1:
-                if count >= mufu_per_step:
+                if count >= (mufu_per_step or 0):
                     found.append((total, [*path, b]))
                 continue
             for n in succ[b]:
@@ -146,6 +147,9 @@ def common_path(loop: list[Instruction], mufu_per_step: int) -> Path_:
     if not found:
         raise ValueError(f"no path of the loop issues {mufu_per_step} MUFUs")
     _, path = min(found, key=lambda f: f[0])
+    if mufu_per_step is None:
+        most = max(_mufu(loop, blocks, f[1]) for f in found)
+        _, path = min((f for f in found if _mufu(loop, blocks, f[1]) == most), key=lambda f: f[0])
     seq = [x for b in path for x in loop[blocks[b][0]:blocks[b][1]]]
     by_op: Counter[str] = Counter()
     for x in seq:
@@ -155,21 +159,51 @@ def common_path(loop: list[Instruction], mufu_per_step: int) -> Path_:
                  tuple(by_op.most_common(6)))
 
 
-def step_schedule(spec: object, kind: str = "attngen") -> Path_:
-    """The common path of `spec`'s sm90 dK/dV kernel's query step, built under `kind`'s constants."""
+def _mufu(loop: list[Instruction], blocks: list[tuple[int, int]], path: list[int]) -> int:
+    return sum(x.opcode.startswith("MUFU") for b in path for x in loop[blocks[b][0]:blocks[b][1]])
+
+
+def step_schedule(spec: object, kind: str = "attngen", forward: bool = False) -> Path_:
+    """The common path of `spec`'s sm90 dK/dV kernel's query step (forward: the forward kernel's KV step, rescale
+    skipped), built under `kind`'s constants."""
     from bwd_interleaved import overrides
 
+    from attngen.planning.planner import plan
     from attngen.planning.planner_bwd import plan_bwd
-    from attngen.toolchain.builder import build_bwd
+    from attngen.toolchain.builder import build, build_bwd
     from attngen.toolchain.sass import disassemble
 
     with overrides(kind):
-        plan = plan_bwd(spec, "sm90")  # type: ignore[arg-type]
-        cubin = build_bwd(spec, "sm90")  # type: ignore[arg-type]
-    t = plan.dkdv_wgmma
-    exps = t.block_m * (t.block_n // t.consumer_wgs) // 128  # per thread per step
-    loop = main_loop(instructions(disassemble(cubin.data), "_dkdv_wgmma"))
-    return common_path(loop, exps)
+        if forward:
+            cubin = build(spec, "sm90")  # type: ignore[arg-type]
+            exps = plan(spec, "sm90").tiling.block_n // 2  # type: ignore[arg-type]  # 64 rows a warpgroup
+        else:
+            t = plan_bwd(spec, "sm90").dkdv_wgmma  # type: ignore[arg-type]
+            cubin = build_bwd(spec, "sm90")  # type: ignore[arg-type]
+            exps = t.block_m * (t.block_n // t.consumer_wgs) // 128  # per thread per step
+    entry = cubin.source.entry_names[0] if forward else "_dkdv_wgmma"
+    return common_path(main_loop(instructions(disassemble(cubin.data), entry)), exps)
+
+
+def fa4_schedule(folder: Path, forward: bool) -> Path_ | None:
+    """The common path of FlashAttention-4's main kernel among the cubins of `folder` (benchmarks/fa4_cubins.py), the
+    path issuing the most exps (its Hopper kernels rescale O unconditionally); None where the folder has none."""
+    from attngen.toolchain.sass import disassemble
+
+    kind = "FlashAttentionForwardSm90" if forward else "FlashAttentionBackwardSm90"
+    cubins = [c for c in sorted(folder.glob("*.cubin")) if kind in c.name]
+    if not cubins:
+        return None
+    sass = disassemble(cubins[0].read_bytes())
+    name = re.search(r"Function : (\S+)", sass)
+    assert name is not None
+    return common_path(main_loop(instructions(sass, name.group(1))))
+
+
+def _line(label: str, p: Path_) -> str:
+    ops = ", ".join(f"{o} {c}" for o, c in p.by_opcode)
+    return (f"{label}: {p.instructions} instructions, {p.stalls} stall cycles, {p.mufu} MUFU with {p.mufu_waits} "
+            f"cycles of waits in front; stalls after {ops}")
 
 
 def main() -> None:
@@ -177,6 +211,8 @@ def main() -> None:
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--kinds", default="attngen", help="as bwd_interleaved.py's attngen kinds, comma separated")
+    ap.add_argument("--forward", action="store_true", help="the forward kernel's KV step instead")
+    ap.add_argument("--fa4", type=Path, help="FlashAttention-4's cubins (benchmarks/fa4_cubins.py --out) beside")
     args = ap.parse_args()
     import os
     import tempfile
@@ -185,15 +221,17 @@ def main() -> None:
     from attngen.spec.model import AttentionSpec
     from attngen.toolchain.compiler import nvrtc_version
 
-    print(f"NVRTC {nvrtc_version()}; the common path of one query step of the dK/dV kernel (one consumer thread)")
+    what = "KV step of the forward kernel" if args.forward else "query step of the dK/dV kernel"
+    print(f"NVRTC {nvrtc_version()}; the common path of one {what} (one consumer thread)")
     for d in map(int, args.head_dims.split(",")):
         for mask in args.masks.split(","):
             for i, kind in enumerate(args.kinds.split(",")):
                 spec = AttentionSpec(name=f"sched{i}_{mask}{d}", head_dim=d, dtype="bf16", mask=mask)
-                p = step_schedule(spec, kind)
-                ops = ", ".join(f"{o} {c}" for o, c in p.by_opcode)
-                print(f"hd{d} {mask:6s} {kind}: {p.instructions} instructions, {p.stalls} stall cycles, {p.mufu} MUFU "
-                      f"with {p.mufu_waits} cycles of waits in front; stalls after {ops}")
+                print(_line(f"hd{d} {mask:6s} {kind}", step_schedule(spec, kind, args.forward)))
+            if args.fa4:
+                folder = args.fa4 / f"{'fwd' if args.forward else 'bwd'}_hd{d}_{mask}"
+                p = fa4_schedule(folder, args.forward)
+                print(_line(f"hd{d} {mask:6s} fa4", p) if p else f"hd{d} {mask:6s} fa4: no cubin in {folder}")
 
 
 if __name__ == "__main__":
