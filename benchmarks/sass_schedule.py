@@ -1,16 +1,20 @@
-"""The static schedule of a kernel's main loop, from its SASS control codes (no GPU): for the sm90 dK/dV kernels,
-what one query step issues on its common path and the fixed stalls ptxas put between the instructions.
+"""The static schedule of a kernel's main loop, from its SASS control codes (no GPU): for the sm90 dK/dV kernel (or,
+with --forward, the forward kernel), what one step issues on its common path and the fixed stalls ptxas put between
+the instructions; with --fa4, FlashAttention-4's kernel beside it (its cubins from benchmarks/fa4_cubins.py).
 
 Each sm_90 instruction's upper word carries its control code: the cycles to stall before the next instruction may
 issue (4 bits), a yield bit, the scoreboards it sets and waits on. The sum of the stalls along a path is its issue
 time without any variable-latency wait (shared loads, wgmma, barriers); the stalls in front of MUFU.EX2 are the
 fixed-latency waits Nsight Compute counts as `wait` on the exps (NOTES: ncu_peer_hd64_2k).
 
-The loop is the kernel's longest backward branch. Its paths run from the loop's head to that branch; branches that
-leave the loop for an out-of-line retry (an mbarrier try_wait's) are taken as not taken. The common path is the path
-of fewest stall cycles among those that issue every exp of a step (a masked step's zeroing makes its path longer).
+The loop is the kernel's longest guarded backward branch (an unguarded one is a retry's way back). Its paths run
+from the loop's head to that branch; branches that leave the loop for an out-of-line retry (an mbarrier try_wait's)
+are taken as not taken. The common path is the path
+of fewest stall cycles among those that issue every exp of a step (a masked step's zeroing makes its path longer;
+FA4's: among those that issue the most, as its Hopper kernels rescale unconditionally).
 
-    python3 benchmarks/sass_schedule.py --head-dims 64,128 [--mask none] [--kinds "attngen,attngen:MOD.CONST=value"]
+    python3 benchmarks/sass_schedule.py --head-dims 64,128 [--masks none] [--kinds "attngen,attngen:MOD.CONST=value"]
+        [--forward] [--fa4 /tmp/fa4-cubins]
     bash benchmarks/nvrtc_device_check.sh python3 benchmarks/sass_schedule.py ...   (the device's NVRTC 13.0)
 """
 
