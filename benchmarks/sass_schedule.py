@@ -120,8 +120,9 @@ def _blocks(loop: list[Instruction]) -> tuple[list[tuple[int, int]], dict[int, l
         inside = target is not None and int(target.group(1), 16) in index
         if inside and target is not None and index[int(target.group(1), 16)] > end - 1:
             nxt.append(of[index[int(target.group(1), 16)]])
-        if not (last.opcode.startswith(("BRA", "EXIT")) and not last.guarded):
-            nxt.append(b + 1)  # falls through (a guarded branch out of the loop: a retry, taken as not taken)
+        conditional = last.guarded or last.opcode.startswith("BRA.DIV")  # BRA.DIV: taken only if the warp diverged
+        if conditional or not last.opcode.startswith(("BRA", "EXIT")):
+            nxt.append(b + 1)  # falls through (a conditional branch out of the loop: a retry, taken as not taken)
         succ[b] = nxt
     return blocks, succ
 
