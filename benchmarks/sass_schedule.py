@@ -71,16 +71,21 @@ def instructions(sass: str, entry_suffix: str) -> list[Instruction]:
     return out
 
 
+def _target(x: Instruction) -> int | None:
+    """The address a branch goes to; None for any other instruction."""
+    m = _TARGET.search(x.text) if x.opcode.startswith("BRA") else None
+    return int(m.group(1), 16) if m else None
+
+
 def main_loop(ins: list[Instruction]) -> list[Instruction]:
     """The instructions from the head of the longest guarded backward branch's loop to that branch (an unguarded one
     is an out-of-line retry's way back)."""
     index = {x.addr: i for i, x in enumerate(ins)}
     spans = []
     for i, x in enumerate(ins):
-        if x.guarded and x.opcode.startswith("BRA") and (m := _TARGET.search(x.text)):
-            target = int(m.group(1), 16)
-            if target < x.addr and target in index:
-                spans.append((i - index[target], index[target], i))
+        target = _target(x) if x.guarded else None
+        if target is not None and target < x.addr and target in index:
+            spans.append((i - index[target], index[target], i))
     if not spans:
         raise ValueError("no backward branch: no loop")
     _, head, tail = max(spans)
@@ -88,7 +93,7 @@ def main_loop(ins: list[Instruction]) -> list[Instruction]:
 
 
 @dataclass(frozen=True)
-class Path_:
+class StepPath:
     instructions: int
     stalls: int
     mufu: int
@@ -104,22 +109,16 @@ def _blocks(loop: list[Instruction]) -> tuple[list[tuple[int, int]], dict[int, l
     for i, x in enumerate(loop[:-1]):
         if x.opcode.startswith(("BRA", "EXIT")):
             leaders.add(i + 1)
-            if (m := _TARGET.search(x.text)) and int(m.group(1), 16) in index:
-                leaders.add(index[int(m.group(1), 16)])
+            if (target := _target(x)) in index:
+                leaders.add(index[target])
     starts = sorted(leaders)
     blocks = list(zip(starts, starts[1:] + [len(loop)], strict=True))
     of = {s: b for b, (s, _) in enumerate(blocks)}
-    succ: dict[int, list[int]] = {}
-    for b, (_, end) in enumerate(blocks):
+    succ: dict[int, list[int]] = {len(blocks) - 1: []}
+    for b, (_, end) in enumerate(blocks[:-1]):
         last = loop[end - 1]
-        nxt: list[int] = []
-        if b == len(blocks) - 1:
-            succ[b] = nxt
-            continue
-        target = _TARGET.search(last.text) if last.opcode.startswith("BRA") else None
-        inside = target is not None and int(target.group(1), 16) in index
-        if inside and target is not None and index[int(target.group(1), 16)] > end - 1:
-            nxt.append(of[index[int(target.group(1), 16)]])
+        target = _target(last)
+        nxt = [of[index[target]]] if target in index and index[target] > end - 1 else []
         conditional = last.guarded or last.opcode.startswith("BRA.DIV")  # BRA.DIV: taken only if the warp diverged
         if conditional or not last.opcode.startswith(("BRA", "EXIT")):
             nxt.append(b + 1)  # falls through (a conditional branch out of the loop: a retry, taken as not taken)
@@ -127,48 +126,38 @@ def _blocks(loop: list[Instruction]) -> tuple[list[tuple[int, int]], dict[int, l
     return blocks, succ
 
 
-def common_path(loop: list[Instruction], mufu_per_step: int | None = None) -> Path_:
+def common_path(loop: list[Instruction], mufu_per_step: int | None = None) -> StepPath:
     """The path of fewest stall cycles from the loop's head to its backward branch that issues `mufu_per_step` MUFUs
     (None: as many as any path issues)."""
     blocks, succ = _blocks(loop)
     best: dict[tuple[int, int], tuple[int, list[int]]] = {(0, 0): (0, [])}
-    found: list[tuple[int, list[int]]] = []
-    for b in range(len(blocks)):  # forward edges only: blocks in address order are topologically ordered
-        start, end = blocks[b]
+    found: list[tuple[int, int, list[int]]] = []  # (stall cycles, MUFUs, blocks) of each path to the backward branch
+    for b, (start, end) in enumerate(blocks):  # forward edges only: blocks in address order are topologically ordered
         cost = sum(x.stall for x in loop[start:end])
         mufu = sum(x.opcode.startswith("MUFU") for x in loop[start:end])
-        for (bb, m), (c, path) in list(best.items()):
-            if bb != b:
-                continue
+        for (_, m), (c, path) in [item for item in best.items() if item[0][0] == b]:
             total, count = c + cost, m + mufu
             if b == len(blocks) - 1:
-                if count >= (mufu_per_step or 0):
-                    found.append((total, [*path, b]))
-                continue
+                found.append((total, count, [*path, b]))
             for n in succ[b]:
                 key = (n, count)
                 if key not in best or best[key][0] > total:
                     best[key] = (total, [*path, b])
-    if not found:
+    want = max((f[1] for f in found), default=0) if mufu_per_step is None else mufu_per_step
+    candidates = [f for f in found if f[1] >= want]
+    if not candidates:
         raise ValueError(f"no path of the loop issues {mufu_per_step} MUFUs")
-    _, path = min(found, key=lambda f: f[0])
-    if mufu_per_step is None:
-        most = max(_mufu(loop, blocks, f[1]) for f in found)
-        _, path = min((f for f in found if _mufu(loop, blocks, f[1]) == most), key=lambda f: f[0])
+    _, _, path = min(candidates, key=lambda f: f[0])
     seq = [x for b in path for x in loop[blocks[b][0]:blocks[b][1]]]
     by_op: Counter[str] = Counter()
     for x in seq:
         by_op[x.opcode.split(".")[0]] += x.stall
     waits = sum(seq[i - 1].stall - 1 for i in range(1, len(seq)) if seq[i].opcode.startswith("MUFU"))
-    return Path_(len(seq), sum(x.stall for x in seq), sum(x.opcode.startswith("MUFU") for x in seq), waits,
-                 tuple(by_op.most_common(6)))
+    return StepPath(len(seq), sum(x.stall for x in seq), sum(x.opcode.startswith("MUFU") for x in seq), waits,
+                    tuple(by_op.most_common(6)))
 
 
-def _mufu(loop: list[Instruction], blocks: list[tuple[int, int]], path: list[int]) -> int:
-    return sum(x.opcode.startswith("MUFU") for b in path for x in loop[blocks[b][0]:blocks[b][1]])
-
-
-def step_schedule(spec: object, kind: str = "attngen", forward: bool = False) -> Path_:
+def step_schedule(spec: object, kind: str = "attngen", forward: bool = False) -> StepPath:
     """The common path of `spec`'s sm90 dK/dV kernel's query step (forward: the forward kernel's KV step, rescale
     skipped), built under `kind`'s constants."""
     from bwd_interleaved import overrides
@@ -190,7 +179,7 @@ def step_schedule(spec: object, kind: str = "attngen", forward: bool = False) ->
     return common_path(main_loop(instructions(disassemble(cubin.data), entry)), exps)
 
 
-def fa4_schedule(folder: Path, forward: bool) -> Path_ | None:
+def fa4_schedule(folder: Path, forward: bool) -> StepPath | None:
     """The common path of FlashAttention-4's main kernel among the cubins of `folder` (benchmarks/fa4_cubins.py), the
     path issuing the most exps (its Hopper kernels rescale O unconditionally); None where the folder has none."""
     from attngen.toolchain.sass import disassemble
@@ -205,7 +194,7 @@ def fa4_schedule(folder: Path, forward: bool) -> Path_ | None:
     return common_path(main_loop(instructions(sass, name.group(1))))
 
 
-def _line(label: str, p: Path_) -> str:
+def _line(label: str, p: StepPath) -> str:
     ops = ", ".join(f"{o} {c}" for o, c in p.by_opcode)
     return (f"{label}: {p.instructions} instructions, {p.stalls} stall cycles, {p.mufu} MUFU with {p.mufu_waits} "
             f"cycles of waits in front; stalls after {ops}")
