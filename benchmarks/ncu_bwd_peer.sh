@@ -1,8 +1,9 @@
 #!/bin/bash
 # Nsight Compute, full set, of the sm90 backward's main kernel: attngen's dK/dV kernel beside FlashAttention-4's
 # (flash_attn.cute, carried in .fa4whl) on the same inputs (device machine). NCU_CONFIGS="128 ;128 --causal" (head
-# dim, then --causal or nothing; ';' between), NCU_IMPLS="attngen fa4" (space-separated; an attngen kind may override
-# family constants as profile_one.py --impl does: "attngen:sm90_bwd.X=[64];sm90_bwd.Y=True"), NCU_TREE (a folder of
+# dim, then --causal or nothing; ';' between), NCU_IMPLS="attngen fa4" (space-separated; cudnn is SDPA's cuDNN
+# backward; an attngen kind may override family constants as profile_one.py --impl does:
+# "attngen:sm90_bwd.X=[64];sm90_bwd.Y=True", and end in #deterministic for the deterministic plan), NCU_TREE (a folder of
 # another version's attngen, as benchmarks/ab_device.sh's trees; this tree's by default), NCU_FORWARD=1 (the forward
 # kernels instead: attngen's attn_fwd beside FA4's FlashAttentionForwardSm90), NCU_SEQLEN (8192). Move generated/ and
 # benchmarks/results/ out of the tree for the call when carrying .fa4whl.
@@ -23,9 +24,11 @@ for cfg in "${configs[@]}"; do
     name=$(echo "$impl" | tr -c 'A-Za-z0-9_\n' '_')_hd$1${2:+_causal}
     kern=dkdv direction=--backward
     [ "$impl" = fa4 ] && kern=BackwardSm90
+    [ "$impl" = cudnn ] && kern=bprop
     if [ -n "$NCU_FORWARD" ]; then
       kern=attn_fwd direction= name=fwd_$name
       [ "$impl" = fa4 ] && kern="Forward|fwd"
+      [ "$impl" = cudnn ] && kern=fprop
     fi
     python3 benchmarks/profile_one.py --impl "$impl" --head-dim "$1" --seqlen "${NCU_SEQLEN:-8192}" $direction $2 > "$dir/$name.kernels" 2>&1 \
       || { tail -5 "$dir/$name.kernels"; continue; }

@@ -1,5 +1,6 @@
 """Run one attngen forward kernel a few times, for a profiler to capture (ncu -k regex:attn_fwd -c 1); with
---impl fa4, FlashAttention-4's (flash_attn.cute) on the same inputs. The kernels of the last run are listed.
+--impl fa4, FlashAttention-4's (flash_attn.cute) on the same inputs; --impl cudnn, torch SDPA's cuDNN backend. An
+attngen impl ending in '#deterministic' builds the deterministic plan. The kernels of the last run are listed.
 
     ncu --section SpeedOfLight --section WarpStateStats python benchmarks/profile_one.py --head-dim 128
     python benchmarks/profile_one.py --backward --impl "attngen:sm90_bwd_rows.DQ_DEFERRED_BLOCK_M=[64]"   (constants
@@ -25,8 +26,14 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--pipeline", default="auto")
     ap.add_argument("--backward", action="store_true", help="run forward and backward")
-    ap.add_argument("--impl", default="attngen", help="attngen, fa4, or attngen:<module>.<CONST>=<literal>;...")
+    ap.add_argument("--impl", default="attngen",
+                    help="attngen, fa4, cudnn, or attngen:<module>.<CONST>=<literal>;... (#deterministic: its "
+                         "deterministic plan)")
     args = ap.parse_args()
+    impl, _, flag = args.impl.partition("#")
+    if flag and (flag != "deterministic" or not impl.startswith("attngen")):
+        raise SystemExit(f"--impl {args.impl!r}: the only flag is '#deterministic', on attngen impls")
+    args.impl, args.deterministic = impl, flag == "deterministic"
     # attngen's kernels are built under the kind's overrides, the backward's at its first call in the warm-up
     with overrides(args.impl):
         run = warmed_up(args)
@@ -50,9 +57,17 @@ def warmed_up(args: argparse.Namespace) -> Callable[[], None]:
         def forward() -> torch.Tensor:
             out = fa4.flash_attn_func(q, k, v, causal=args.causal)
             return out[0] if isinstance(out, tuple) else out
+    elif args.impl == "cudnn":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def forward() -> torch.Tensor:   # SDPA takes (batch, heads, seqlen, head_dim)
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                out = torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=args.causal)
+            return out.transpose(1, 2)
     else:
         spec = AttentionSpec(head_dim=d, dtype="bf16", mask="causal" if args.causal else "none",
-                             pipeline=args.pipeline)
+                             pipeline=args.pipeline, deterministic=args.deterministic)
         kernel = attngen.compile(spec)
 
         def forward() -> torch.Tensor:
