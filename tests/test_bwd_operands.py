@@ -272,3 +272,37 @@ def test_accumulators_off_subtract_after_the_products(monkeypatch: pytest.Monkey
     assert "constexpr bool kLseRowsOverScale = false;" in code and "constexpr bool kDRowsNegated = false;" in code
     off, _ = _dkdv_ops(_spec(64))
     assert sum(op.startswith("FADD") for op in off) >= 64
+
+
+HOLES = {"expr": "(q_idx // 128) % 2 == (kv_idx // 128) % 2"}
+
+
+@pytest.mark.parametrize(("head_dim", "update"), [(64, {"mask": "none"}), (64, {"mask": "causal"}),
+                                                  (128, {"mask": "causal"}), (128, {"mask": HOLES})])
+def test_v_late_takes_an_mbarrier_of_its_own(monkeypatch: pytest.MonkeyPatch, head_dim: int,
+                                             update: dict[str, object]) -> None:
+    """sm90_bwd_rows.V_LATE: V loaded after the first Q/dO stage on an mbarrier of its own (8 bytes more, the last
+    mbarrier), the plan and explain say so, and the dK/dV kernel compiles with no spill and no serialized wgmma, with
+    the same wgmmas and more mbarrier operations (SYNCS: V's init, arm and wait); off (the default) renders kVLate
+    false and the layout of before."""
+    off = _tiling(head_dim, **update)
+    assert not off.v_late and "constexpr bool kVLate = false;" in render(_plan(head_dim, **update)).code
+    without, _ = _dkdv_ops(_spec(head_dim, **update))
+    monkeypatch.setattr(sm90_bwd_rows, "V_LATE", True)
+    on = _tiling(head_dim, **update)
+    assert on.v_late and _region(on, "Bar") == _region(off, "Bar") + 8 and on.smem_bytes == off.smem_bytes + 8
+    assert (on.stages, on.ds_buffers) == (off.stages, off.ds_buffers)
+    assert "constexpr bool kVLate = true;" in render(_plan(head_dim, **update)).code
+    assert "V loaded after the first Q/dO stage" in sm90_bwd.Sm90Backward().plan_line(_plan(head_dim, **update))
+    with_v, _ = _dkdv_ops(_spec(head_dim, **update))
+    assert with_v.count("HGMMA") == without.count("HGMMA")
+    assert with_v.count("SYNCS") > without.count("SYNCS"), (with_v.count("SYNCS"), without.count("SYNCS"))
+
+
+def test_v_late_stays_off_with_an_ordered_dq(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ordered (deterministic) dQ keeps V with K: its producer warpgroup's 24 registers hold the turns' passes too,
+    and V's load in the first step made hd64's deterministic causal kernel spill 28 B under NVRTC 13.0."""
+    monkeypatch.setattr(sm90_bwd_rows, "V_LATE", True)
+    for head_dim in (64, 128):
+        t = _tiling(head_dim, mask="causal", deterministic=True)
+        assert t.ordered_dq and not t.v_late, head_dim

@@ -160,6 +160,20 @@ ORDERED_DQ_BULK = True
 #: switch off in one process): +0.7% and +1.1% mean over hd64/128 at 2k-16k, positive at 15 of 20 points, each within
 #: its repetitions' spread; bounded by the idle part of the tail. A module constant for the device A/B.
 DQ_OVERLAP = True
+#: V loaded after the first Q/dO stage, on an mbarrier of its own (HopperBwdTiling.v_late). Why: a block's first S^T
+#: waits for K and V together and then for the first stage (the loads issued in that order), so V's bytes (16 KB at
+#: hd64, 32 KB at hd128) sit on the path of every block's start; its first dP^T is issued right after S^T, which
+#: covers V's transfer. H100 block traces put a block's wait for K and V at 1.3-1.6 us (hd64) and 1.7-1.9 us (hd128)
+#: beside 2-2.5 us steps (results/h100/block_trace_phases). Off until the device A/B measures it. Not with an ordered
+#: dQ (v_late_serves).
+V_LATE = False
+
+
+def v_late_serves(ordered_dq: bool) -> bool:
+    """Whether V is loaded after the first Q/dO stage (V_LATE; HopperBwdTiling.v_late): not with an ordered dQ, whose
+    producer warpgroup holds the turns' passes in its 24 registers too (hd64's deterministic causal kernel spilled 28 B
+    with V's load in the first step, under NVRTC 13.0)."""
+    return V_LATE and not ordered_dq
 
 
 def rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> HopperBwdTiling:
@@ -180,7 +194,7 @@ def rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hopper
     words = schedule_words(spec)
     deferral = dq_deferral_serves(bm, staged=not from_registers, ordered_dq=ordered_dq, from_smem=from_smem, swap=swap)
     fits = _layouts(spec, bm=bm, from_smem=from_smem, from_registers=from_registers, dq_cols=dq_cols, words=words,
-                    deferral=deferral)
+                    deferral=deferral, v_late=v_late_serves(ordered_dq))
     st, ds, layout = next((f for f in fits if f[2].total_bytes <= info.smem_per_block), fits[-1])
     deferred = deferral and ds > 1
     smem = layout.total_bytes
@@ -200,6 +214,7 @@ def rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hopper
                            ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
+                           v_late=v_late_serves(ordered_dq),
                            **_row_values(spec, bm, words))
 
 
@@ -225,7 +240,7 @@ def dq_deferral_serves(block_m: int, *, staged: bool, ordered_dq: bool, from_sme
 
 
 def _layouts(spec: AttentionSpec, *, bm: int, from_smem: bool, from_registers: bool, dq_cols: int,
-             words: int, deferral: bool) -> list[tuple[int, int, SmemRegions]]:
+             words: int, deferral: bool, v_late: bool) -> list[tuple[int, int, SmemRegions]]:
     """(Q/dO stages, dS^T tiles, layout) in the planner's order of preference: the most dS^T tiles (DS_BUFFERS; one
     where dV and dK read shared memory), then the most stages (STAGES, by whether dQ is added from registers), down to
     MIN_STAGES; a mask with holes (words) keeps two stages (its live-tile walk beside a third stage's index spilled
@@ -233,7 +248,7 @@ def _layouts(spec: AttentionSpec, *, bm: int, from_smem: bool, from_registers: b
     most = MIN_STAGES if words else STAGES[from_registers]
     return [(st, ds, _rows_layout(spec, bm=bm, stages=st, ds_buffers=ds, from_smem=from_smem,
                                   dq_cols=0 if from_registers else dq_cols, words=words,
-                                  deferred=deferral and ds > 1))
+                                  deferred=deferral and ds > 1, v_late=v_late))
             for ds in range(1 if from_smem else DS_BUFFERS, 0, -1) for st in range(most, MIN_STAGES - 1, -1)]
 
 
@@ -245,7 +260,7 @@ def layout_lines(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> lis
     deferral = dq_deferral_serves(t.block_m, staged=not from_registers, ordered_dq=t.ordered_dq,
                                   from_smem=t.dkv_from_smem, swap=t.dk_from_smem)
     for st, ds, regions in _layouts(spec, bm=t.block_m, from_smem=t.dkv_from_smem, from_registers=from_registers,
-                                   dq_cols=t.dq_cols, words=t.schedule_words, deferral=deferral):
+                                   dq_cols=t.dq_cols, words=t.schedule_words, deferral=deferral, v_late=t.v_late):
         taken = (st, ds) == (t.stages, t.ds_buffers)
         verdict = "taken" if taken else f"rejected: over {info.arch.value}'s {info.smem_per_block} B"
         lines.append(f"{st} stages x {ds} dS^T tile{'s' if ds > 1 else ''}: {regions.total_bytes} B, {verdict}")
@@ -255,11 +270,11 @@ def layout_lines(spec: AttentionSpec, info: ArchInfo, t: HopperBwdTiling) -> lis
 
 
 def _rows_layout(spec: AttentionSpec, *, bm: int, stages: int, ds_buffers: int, from_smem: bool, dq_cols: int,
-                words: int, deferred: bool = False) -> SmemRegions:
+                words: int, deferred: bool = False, v_late: bool = False) -> SmemRegions:
     """K, V; the Q and dO stages; ds_buffers tiles of dS^T; P^T when dV and dK take it from shared memory (from_smem);
     one fp32 dQ staging box of 64 x dq_cols per consumer warpgroup (0: dQ added from registers); per stage the query
-    tile's LSE and D (bulk-copied beside Q and dO); the mbarriers (K and V, each stage's full and empty, and with a
-    deferred dQ each dS^T tile's stored and free); a mask with holes' live-tile bitmap
+    tile's LSE and D (bulk-copied beside Q and dO); the mbarriers (K and V, each stage's full and empty, with a
+    deferred dQ each dS^T tile's stored and free, and V's own last with v_late); a mask with holes' live-tile bitmap
     (planning.shared.SCHEDULE_WORDS). dS^T's rows are whole 128-byte swizzle rows of 64 queries (an 80-query tile takes
     two, the second a quarter used): dK's A operand steps through them by k-steps, dQ^T's B operand reads them
     MN-major."""
@@ -269,7 +284,7 @@ def _rows_layout(spec: AttentionSpec, *, bm: int, stages: int, ds_buffers: int, 
         ("K", bn * d * e), ("V", bn * d * e), ("Q", stages * bm * d * e), ("DO", stages * bm * d * e),
         ("DS", ds_buffers * bn * ds_cols * e), ("P", bn * bm * e if from_smem else 0),
         ("DQ", bn // 64 * 64 * dq_cols * 4),
-        ("Rows", stages * 2 * bm * 4), ("Bar", 8 * (1 + 2 * stages + (2 * ds_buffers if deferred else 0))),
+        ("Rows", stages * 2 * bm * 4), ("Bar", 8 * (1 + 2 * stages + (2 * ds_buffers if deferred else 0) + v_late)),
         ("Schedule", 4 * words), ("Slack", ALIGN_SLACK)])
 
 
@@ -293,6 +308,8 @@ def step_parts(t: HopperBwdTiling) -> list[str]:
         parts.append("dV's product after dS^T's stores")
     if t.exps_before_dp:
         parts.append(f"exps of {t.exps_before_dp} of {t.block_m // 8} query tiles before dP^T's wait")
+    if t.v_late:
+        parts.append("V loaded after the first Q/dO stage")
     starts = [x for x, on in (("S^T's at -LSE", t.s_from_lse), ("dP^T's at -D", t.dp_from_d)) if on]
     if starts:
         parts.append(f"accumulators start: {' and '.join(starts)}")

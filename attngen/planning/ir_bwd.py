@@ -145,6 +145,9 @@ class HopperBwdTiling(IRModel):
     #: The same for S^T without a score mod: its accumulator starts at -LSE / scale_log2 (each query column's; the
     #: preprocess writes the LSE rows so), so that P^T = exp2(acc scale_log2) needs no LSE array in registers either.
     s_from_lse: bool = False
+    #: Without split or kv_halves: V arrives on an mbarrier of its own, loaded after the first Q/dO stage, so that the
+    #: block's first S^T waits for K, Q, dO and the row values only and V lands under it (dP^T's product waits for V).
+    v_late: bool = False
     #: A step's last products (dK's and dV's; the KV-row halves' dV^T and dK^T) left running into the next step, whose
     #: wait for its S waits for them too and then frees their Q/dO stage, instead of waiting for them at the step's end:
     #: the tensor pipe goes on from one step's products into the next step's S without draining in between.
