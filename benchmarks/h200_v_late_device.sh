@@ -1,5 +1,5 @@
 #!/bin/bash
-# Branch next/v-late: V loaded after the first Q/dO stage on an mbarrier of its own (sm90_bwd_rows.V_LATE), in one call
+# V loaded after the first Q/dO stage on an mbarrier of its own (sm90_bwd_rows.V_LATE, off by default), in one call
 # of ~4 min: its GPU test (dK, dV bitwise against V loaded with K, dQ within rounding, exact against float64), then
 # V_LATE off against on at hd64 / hd128, 2k and 8k, both masks (CUDA events, kinds alternated). Prediction: a block's
 # first S^T no longer waits for V's 16-32 KB, +0.3-1% at 2k (shorter blocks: causal more), level at 8k. REPS (3).
