@@ -306,3 +306,22 @@ def test_v_late_stays_off_with_an_ordered_dq(monkeypatch: pytest.MonkeyPatch) ->
     for head_dim in (64, 128):
         t = _tiling(head_dim, mask="causal", deterministic=True)
         assert t.ordered_dq and not t.v_late, head_dim
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_dv_out_first_writes_dv_before_the_warpgroups_meet(monkeypatch: pytest.MonkeyPatch, head_dim: int) -> None:
+    """sm90_bwd_rows.DV_OUT_FIRST: with dK and dV staged, each warpgroup packs and writes its dV rows before the
+    epilogue's barrier and dK's after it; the plan says so and the kernel compiles with no spill and the same wgmmas,
+    the same global stores (16-byte row chunks of both tiles). Off (the default) renders kDvOutFirst false."""
+    assert not _tiling(head_dim).dv_out_first and "constexpr bool kDvOutFirst = false;" in render(_plan(head_dim)).code
+    without, _ = _dkdv_ops(_spec(head_dim, mask="causal"))
+    monkeypatch.setattr(sm90_bwd_rows, "DV_OUT_FIRST", True)
+    t = _tiling(head_dim)
+    assert t.dv_out_first and t.dkv_staged and t.smem_bytes == _tiling(head_dim).smem_bytes
+    assert "constexpr bool kDvOutFirst = true;" in render(_plan(head_dim)).code
+    assert "dK and dV out through shared memory, dV before the warpgroups meet" in \
+        sm90_bwd.Sm90Backward().plan_line(_plan(head_dim))
+    first, _ = _dkdv_ops(_spec(head_dim, mask="causal"))
+    assert first.count("HGMMA") == without.count("HGMMA") and first.count("STG") == without.count("STG")
+    monkeypatch.setattr(sm90_bwd_rows, "DKV_STAGED", False)
+    assert not _tiling(head_dim).dv_out_first   # only with dK and dV staged

@@ -407,21 +407,27 @@ def test_ds_store_addresses_by_xor_give_the_same_gradients(monkeypatch: pytest.M
     _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=7))
 
 
+_BLOCK_ENDS = {"V_LATE": "v_late", "DV_OUT_FIRST": "dv_out_first"}
+
+
+@pytest.mark.parametrize("switch", sorted(_BLOCK_ENDS))
 @pytest.mark.parametrize(("mask", "head_dim"), [("none", 64), ("causal", 64), ("causal", 128), ("sliding_window", 128)])
-def test_v_after_the_first_stage_gives_the_same_gradients(monkeypatch: pytest.MonkeyPatch, mask: str,
-                                                          head_dim: int) -> None:
-    """V loaded after the first Q/dO stage on an mbarrier of its own (sm90_bwd_rows.V_LATE) gives dK and dV bitwise
-    equal to V loaded with K, dQ within rounding, and exact gradients; a window leaves KV blocks without a step (V never
-    loaded, dK and dV zero through the tiles' shared memory). A dP^T issued before V landed would not agree."""
+def test_block_start_and_end_orders_give_the_same_gradients(monkeypatch: pytest.MonkeyPatch, switch: str, mask: str,
+                                                            head_dim: int) -> None:
+    """V loaded after the first Q/dO stage on an mbarrier of its own (sm90_bwd_rows.V_LATE), and dV written out before
+    the warpgroups meet at the block's end (DV_OUT_FIRST), give dK and dV bitwise equal to the default order, dQ within
+    rounding, and exact gradients; a window leaves KV blocks without a step (V never loaded, dK and dV zero through the
+    tiles' shared memory). A dP^T issued before V landed, or a dV tile overwritten while read, would not agree."""
     from attngen.families import sm90_bwd_rows
 
+    field = _BLOCK_ENDS[switch]
     spec = _builds_agree(
-        monkeypatch, sm90_bwd_rows, lambda on: {"V_LATE": on},
-        lambda on: AttentionSpec(name=f"v_late{int(on)}_{mask}{head_dim}", head_dim=head_dim, dtype="bf16",
+        monkeypatch, sm90_bwd_rows, lambda on: {switch: on},
+        lambda on: AttentionSpec(name=f"{field}{int(on)}_{mask}{head_dim}", head_dim=head_dim, dtype="bf16",
                                  mask=mask, **({"window": (200, 0)} if mask == "sliding_window" else {})),
-        lambda t, on: not t.split and not t.kv_halves and t.v_late == on, 1600, "close")
+        lambda t, on: not t.split and not t.kv_halves and getattr(t, field) == on, 1600, "close")
     with monkeypatch.context() as m:
-        m.setattr(sm90_bwd_rows, "V_LATE", True)
+        m.setattr(sm90_bwd_rows, switch, True)
         _check(spec, *_inputs(spec, (1, 1100, 1100, 4, 2), seed=9))
 
 

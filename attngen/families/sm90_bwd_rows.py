@@ -72,6 +72,12 @@ DQ_STAGGER_BLOCK_M: frozenset[int] = frozenset({128})
 #: dK/dV kernel's time fits ~10 us of fixed cost a block against its ~2 (results/h100/prepared/call_vs_kernels,
 #: NOTES.md). A module constant for the device A/B.
 DKV_STAGED = True
+#: dV written out before the warpgroups meet at the block's end (HopperBwdTiling.dv_out_first). Why: the epilogue's
+#: barrier waits for both warpgroups' last dQ products (they read all of K), but a warpgroup's V rows are read only by
+#: its own dP^T products; with the stagger warpgroup 0 ends about half a step ahead and waits there. H100 block traces
+#: put the epilogue at 1.0-1.2 us at hd64 and 1.8-2.0 us at hd128 (results/h100/block_trace_phases). Off until the
+#: device A/B measures it.
+DV_OUT_FIRST = False
 #: dV's product issued after dS^T's stores and dK's after dV's is done (HopperBwdTiling.dv_after_ds), FlashAttention-4's
 #: order, where dQ's product is not deferred (hd128). Measured (results/h100/step_orders, one process, 6 repetitions):
 #: alone +0.4-1.4% at hd128; with EXPS_BEFORE_DP's split +0.7-1.0% unmasked, +2.4-3.2% causal. A module constant for
@@ -211,7 +217,8 @@ def rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hopper
                            dq_before_dk=dq_before_dk(from_smem), dk_from_smem=swap, smem_bytes=smem, smem=layout,
                            regs_estimate=regs, schedule_words=words, ordered_dq=ordered_dq, dq_red=red,
                            dq_bulk=bulk, dq_overlap=bulk and DQ_OVERLAP and info.programmatic_launch and not ordered_dq,
-                           ds_buffers=ds, dkv_staged=DKV_STAGED, dq_deferred=deferred,
+                           ds_buffers=ds, dkv_staged=DKV_STAGED, dv_out_first=DKV_STAGED and DV_OUT_FIRST,
+                           dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
                            v_late=v_late_serves(ordered_dq),
@@ -301,7 +308,8 @@ def step_parts(t: HopperBwdTiling) -> list[str]:
     """How the 64-KV-row consumers run a step (not split, not kv_halves), for plan_line and explain."""
     parts = [f"dV and dK from {'shared memory' if t.dkv_from_smem else 'registers'}",
              f"{t.ds_buffers} dS^T tile{'s' if t.ds_buffers > 1 else ''}",
-             f"dK and dV out {'through shared memory' if t.dkv_staged else 'from the fragments'}"]
+             f"dK and dV out {'through shared memory' if t.dkv_staged else 'from the fragments'}"
+             + (", dV before the warpgroups meet" if t.dv_out_first else "")]
     if t.dq_deferred:
         parts.append("dQ's product a step late" + (", warpgroups staggered" if t.dq_stagger else ""))
     if t.dv_after_ds:

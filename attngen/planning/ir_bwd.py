@@ -127,6 +127,9 @@ class HopperBwdTiling(IRModel):
     #: Without split: dK and dV leave through shared memory (each warp's rows packed into the K and V tiles' rows its
     #: warpgroup owned, then written by 16-byte row chunks) instead of by 4-byte stores from the fragments.
     dkv_staged: bool = False
+    #: With dkv_staged: each warpgroup packs and writes its dV rows before the warpgroups meet (only its own products
+    #: read its V rows), then dK's once both warpgroups' dQ products, which read all of K, are done.
+    dv_out_first: bool = False
     #: Two consumer warpgroups each own half the block's block_n KV rows at the full head dim, with dK and dV
     #: accumulated transposed (dK^T = Q^T dS: M = head_dim) so that a half need not be a multiple of wgmma's M; P^T and
     #: dS^T go through shared memory, dQ is split by columns and added from registers (families/sm90_bwd_halves.py).
