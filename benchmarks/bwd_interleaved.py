@@ -55,6 +55,14 @@ def overrides(kind: str) -> Iterator[None]:
             setattr(module, attr, old)
 
 
+def deterministic_flag(kind: str) -> tuple[str, bool]:
+    """A kind without its '#deterministic' suffix, and whether it had one (attngen kinds only)."""
+    base, _, flag = kind.partition("#")   # attngen[:<constants>][@<tiles>][#deterministic]
+    if flag and (flag != "deterministic" or not kind.startswith("attngen")):
+        raise SystemExit(f"kind {kind!r}: the only flag is '#deterministic', on attngen kinds")
+    return base, flag == "deterministic"
+
+
 def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, forward: bool,
               deterministic: bool = False, dtype: str = "bf16") -> Callable[[], None]:
     """One call of `kind`. Each kind's spec has a name of its own: the op finds a kernel's launchers by a key of its
@@ -62,10 +70,8 @@ def make_step(kind: str, index: int, head_dim: int, seqlen: int, causal: bool, f
     last one registered."""
     mask = "causal" if causal else "none"
     ours = kind.startswith("attngen")
-    base, _, flag = kind.partition("#")   # attngen[:<constants>][@<tiles>][#deterministic]
-    if flag and (flag != "deterministic" or not ours):
-        raise SystemExit(f"kind {kind!r}: the only flag is '#deterministic', on attngen kinds")
-    deterministic = deterministic or flag == "deterministic"
+    base, flagged = deterministic_flag(kind)
+    deterministic = deterministic or flagged
     prefix, _, config = base.partition("@")
     tiles = spec_fields(config) if ours else {}
     spec = AttentionSpec(name=f"{mask}_hd{head_dim}_kind{index}", head_dim=head_dim, dtype=dtype, mask=mask,

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable
 
 import torch
-from bwd_interleaved import overrides
+from bwd_interleaved import deterministic_flag, overrides
 
 import attngen
 from attngen.spec.model import AttentionSpec
@@ -30,10 +30,7 @@ def main() -> None:
                     help="attngen, fa4, cudnn, or attngen:<module>.<CONST>=<literal>;... (#deterministic: its "
                          "deterministic plan)")
     args = ap.parse_args()
-    impl, _, flag = args.impl.partition("#")
-    if flag and (flag != "deterministic" or not impl.startswith("attngen")):
-        raise SystemExit(f"--impl {args.impl!r}: the only flag is '#deterministic', on attngen impls")
-    args.impl, args.deterministic = impl, flag == "deterministic"
+    args.impl, args.deterministic = deterministic_flag(args.impl)
     # attngen's kernels are built under the kind's overrides, the backward's at its first call in the warm-up
     with overrides(args.impl):
         run = warmed_up(args)

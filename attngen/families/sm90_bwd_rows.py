@@ -199,8 +199,9 @@ def rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hopper
     from_smem = bm in DKV_FROM_SMEM_BLOCK_M
     words = schedule_words(spec)
     deferral = dq_deferral_serves(bm, staged=not from_registers, ordered_dq=ordered_dq, from_smem=from_smem, swap=swap)
+    v_late = v_late_serves(ordered_dq)
     fits = _layouts(spec, bm=bm, from_smem=from_smem, from_registers=from_registers, dq_cols=dq_cols, words=words,
-                    deferral=deferral, v_late=v_late_serves(ordered_dq))
+                    deferral=deferral, v_late=v_late)
     st, ds, layout = next((f for f in fits if f[2].total_bytes <= info.smem_per_block), fits[-1])
     deferred = deferral and ds > 1
     smem = layout.total_bytes
@@ -221,7 +222,7 @@ def rows_tiling(spec: AttentionSpec, info: ArchInfo, ordered_dq: bool) -> Hopper
                            dq_deferred=deferred,
                            dq_stagger=deferred and bm in DQ_STAGGER_BLOCK_M,
                            dv_after_ds=DV_AFTER_DS and not from_smem and not swap and not deferred,
-                           v_late=v_late_serves(ordered_dq),
+                           v_late=v_late,
                            **_row_values(spec, bm, words))
 
 
